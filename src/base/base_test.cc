@@ -1,0 +1,84 @@
+// Tests for base: fp16/bf16 conversions against the F16C instruction, errors, file mapping.
+#include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "base/error.h"
+#include "base/fp16.h"
+#include "base/mapped_file.h"
+
+namespace crossword {
+namespace {
+
+__attribute__((target("f16c"))) uint16_t HwF32ToF16(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, 0));
+}
+__attribute__((target("f16c"))) float HwF16ToF32(uint16_t h) { return _cvtsh_ss(h); }
+
+TEST(Fp16, AllHalfValuesRoundTripLikeF16C) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float a = F16ToF32(static_cast<uint16_t>(h));
+    float b = HwF16ToF32(static_cast<uint16_t>(h));
+    if (std::isnan(b)) {
+      ASSERT_TRUE(std::isnan(a)) << h;
+      continue;
+    }
+    ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b)) << h;
+  }
+}
+
+TEST(Fp16, FloatToHalfMatchesF16COnManyInputs) {
+  std::mt19937 rng(1);
+  for (int i = 0; i < 4'000'000; ++i) {
+    uint32_t bits = rng();
+    if (i % 2) bits = (bits & 0x807fffffu) | ((100u + (bits >> 27)) << 23);  // near half range
+    float f = std::bit_cast<float>(bits);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(F32ToF16(f), HwF32ToF16(f)) << std::hexfloat << f;
+  }
+  for (float f : {0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.98023224e-8f, 6.1035156e-5f,
+                  INFINITY, -INFINITY}) {
+    ASSERT_EQ(F32ToF16(f), HwF32ToF16(f)) << f;
+  }
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(F32ToBF16(1.0f), 0x3f80);
+  EXPECT_EQ(BF16ToF32(0x3f80), 1.0f);
+  // 1 + 2^-8 is a tie between 1.0 and 1 + 2^-7: goes to even (1.0).
+  EXPECT_EQ(F32ToBF16(1.00390625f), 0x3f80);
+  // 1 + 3*2^-8 ties to the even neighbour above.
+  EXPECT_EQ(F32ToBF16(1.01171875f), 0x3f82);
+  EXPECT_TRUE(std::isnan(BF16ToF32(F32ToBF16(NAN))));
+}
+
+TEST(Error, FailFormatsMessage) {
+  try {
+    Fail("tensor '{}' has {} dims", "blk.0.ssm_a", 3);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "tensor 'blk.0.ssm_a' has 3 dims");
+  }
+}
+
+TEST(MappedFile, MapsAndReads) {
+  std::string path = ::testing::TempDir() + "/mapped_file_test.bin";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "hello crossword";
+  }
+  for (bool mmap : {true, false}) {
+    MappedFile f = MappedFile::Open(path, {.use_mmap = mmap, .lock = false});
+    ASSERT_EQ(f.size(), 15u);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(f.data()), f.size()), "hello crossword");
+  }
+  EXPECT_THROW(MappedFile::Open(path + ".missing"), Error);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace crossword

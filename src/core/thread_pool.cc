@@ -1,0 +1,90 @@
+// ThreadPool: generation counter + atomic task counter; spin-then-wait workers.
+#include "core/thread_pool.h"
+
+#include <immintrin.h>
+
+namespace crossword {
+namespace {
+constexpr int kSpinIterations = 20000;  // ~ tens of microseconds before sleeping
+inline void CpuRelax() { _mm_pause(); }
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+  workers_.reserve(n_threads_ - 1);
+  for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::Work(int thread) {
+  if (per_thread_) {
+    call_(ctx_, thread, thread);
+    return;
+  }
+  for (;;) {
+    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= n_tasks_) break;
+    call_(ctx_, task, thread);
+  }
+}
+
+void ThreadPool::Dispatch(CallFn call, void* ctx, int64_t n_tasks, bool per_thread) {
+  if (n_tasks <= 0) return;
+  bool expected = false;
+  if (n_threads_ == 1 || (!per_thread && n_tasks == 1) ||
+      !in_job_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+    // Single thread, trivial job, or a nested call from inside a task: run inline.
+    if (per_thread) {
+      call(ctx, 0, 0);
+    } else {
+      for (int64_t i = 0; i < n_tasks; ++i) call(ctx, i, 0);
+    }
+    return;
+  }
+  call_ = call;
+  ctx_ = ctx;
+  n_tasks_ = n_tasks;
+  per_thread_ = per_thread;
+  next_task_.store(0, std::memory_order_relaxed);
+  busy_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  Work(0);
+  int spins = 0;
+  for (;;) {
+    int busy = busy_workers_.load(std::memory_order_acquire);
+    if (busy == 0) break;
+    if (++spins < kSpinIterations) {
+      CpuRelax();
+    } else {
+      busy_workers_.wait(busy, std::memory_order_acquire);
+    }
+  }
+  in_job_.store(false, std::memory_order_release);
+}
+
+void ThreadPool::WorkerLoop(int thread) {
+  uint32_t seen = 0;  // generation_ starts at 0; a job may be posted before this thread runs
+  for (;;) {
+    int spins = 0;
+    uint32_t gen;
+    while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinIterations) {
+        CpuRelax();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = gen;
+    if (stop_.load(std::memory_order_acquire)) return;
+    Work(thread);
+    if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_workers_.notify_one();
+  }
+}
+
+}  // namespace crossword

@@ -1,0 +1,64 @@
+// A fixed-size thread pool passed explicitly to whatever computes in parallel (no global pool).
+// The calling thread takes part as thread 0, so ThreadPool(1) runs everything inline.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace crossword {
+
+/// Runs data-parallel loops on `n_threads` threads (the caller plus n_threads-1 workers).
+/// Workers spin briefly after a job and then sleep, so an idle pool costs no CPU.
+/// Not reentrant: a ParallelFor issued from inside a task runs inline on that thread.
+/// Dispatch does not allocate.
+class ThreadPool {
+ public:
+  /// `n_threads` >= 1 (values < 1 are treated as 1).
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  /// Calls fn(task, thread) for every task in [0, n_tasks); tasks are handed out dynamically
+  /// one at a time; `thread` is in [0, size()). Returns when all tasks are done.
+  template <class F>
+  void ParallelFor(int64_t n_tasks, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    auto call = [](void* ctx, int64_t task, int thread) { (*static_cast<Fn*>(ctx))(task, thread); };
+    Dispatch(call, const_cast<void*>(static_cast<const void*>(&fn)), n_tasks, /*per_thread=*/false);
+  }
+
+  /// Calls fn(thread) once on each thread, thread in [0, size()). Use for static partitions.
+  template <class F>
+  void RunOnEachThread(F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    auto call = [](void* ctx, int64_t, int thread) { (*static_cast<Fn*>(ctx))(thread); };
+    Dispatch(call, const_cast<void*>(static_cast<const void*>(&fn)), n_threads_, /*per_thread=*/true);
+  }
+
+ private:
+  using CallFn = void (*)(void*, int64_t, int);
+  void Dispatch(CallFn call, void* ctx, int64_t n_tasks, bool per_thread);
+  void WorkerLoop(int thread);
+  void Work(int thread);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  // Current job.
+  CallFn call_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t n_tasks_ = 0;
+  bool per_thread_ = false;
+  alignas(64) std::atomic<int64_t> next_task_{0};
+  alignas(64) std::atomic<uint32_t> generation_{0};
+  alignas(64) std::atomic<int> busy_workers_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> in_job_{false};
+};
+
+}  // namespace crossword
