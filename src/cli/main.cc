@@ -1,0 +1,27 @@
+// crossword: the command-line entry point. Each library registers its own subcommands here.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "base/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"crossword: inference engine for block-diffusion language models (Clover, qwen35moe)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "crossword 0.1.0");
+  // Subcommand registration (one call per contributing library).
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const crossword::Error& e) {
+    std::fprintf(stderr, "crossword: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "crossword: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}
