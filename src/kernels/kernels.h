@@ -1,0 +1,262 @@
+// Public compute kernels of crossword: matrix products over GGUF weights, norms, rope, softmax,
+// attention, the gated delta rule, causal conv1d and routing. Each entry point dispatches at run
+// time to the best Highway target (AVX3_DL/VNNI, AVX3, AVX2, portable EMU128); ref.h has the twins.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "core/types.h"
+
+namespace crossword::kernels {
+
+/// A 2-D weight in GGUF layout: n_out rows of n_in elements of `type`; row r starts at
+/// data + r * row_bytes (row_bytes >= RowBytes(type, n_in); GGUF tensors have it equal).
+/// GGUF shape {n_in, n_out} (ne0 = n_in). The memory is not owned (usually the mmap'ed file).
+struct Matrix {
+  GgmlType type = GgmlType::kF32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  const void* data = nullptr;
+  size_t row_bytes = 0;
+};
+
+/// The format an activation row is converted to before a dot product with a weight type.
+/// The integer formats store per row: int8 quants (n_in), one float scale per block, and the
+/// sums of every 16 quants as int16 (llama.cpp's Q8_K bsums; for Q8_0 the two halves of a block).
+enum class ActFormat : uint8_t {
+  kF32,   ///< F32 weights: plain floats.
+  kF16,   ///< F16 weights: x rounded to binary16 (as llama.cpp's vec_dot_f16).
+  kBF16,  ///< BF16 weights: x rounded to bfloat16 (as llama.cpp's vec_dot_bf16).
+  kQ8_0,  ///< Q8_0/Q4_0 weights: blocks of 32, d = amax/127 (fp16-rounded), q = round(x*127/amax).
+  kQ8_K,  ///< Q4_K/Q6_K weights: blocks of 256, llama.cpp quantize_row_q8_K (d = max/-127).
+};
+
+/// The activation format the dot products of `weight_type` consume. Throws crossword::Error for
+/// weight types without a kernel (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
+ActFormat ActFormatFor(GgmlType weight_type);
+
+/// Activation rows converted once into what a weight type's dot product consumes, so several
+/// matrices with the same input share one conversion. Reserve() allocates (call at load time);
+/// PrepareActivations() never allocates. Movable, not copyable.
+class Activations {
+ public:
+  Activations() = default;
+  Activations(const Activations&) = delete;
+  Activations& operator=(const Activations&) = delete;
+  Activations(Activations&&) = default;
+  Activations& operator=(Activations&&) = default;
+
+  /// Allocates room for up to `max_rows` rows of up to `max_n_in` elements in any format.
+  /// Throws crossword::Error on negative sizes.
+  void Reserve(int64_t max_rows, int64_t max_n_in);
+
+  ActFormat format() const { return format_; }
+  int64_t n_rows() const { return n_rows_; }
+  int64_t n_in() const { return n_in_; }
+
+  // --- layout accessors (used by the kernels and tests) ---
+  /// Bytes between consecutive rows in data() (a multiple of 64).
+  size_t row_stride() const { return row_stride_; }
+  /// kF32: float[n_in]; kF16/kBF16: uint16_t[n_in]; integer formats: int8_t[n_in] quants,
+  /// then (at scale_offset()) float[n_in / block], then (at sums_offset()) int16_t[n_in / 16].
+  const uint8_t* row(int64_t r) const { return data_ + static_cast<size_t>(r) * row_stride_; }
+  uint8_t* mutable_row(int64_t r) { return data_ + static_cast<size_t>(r) * row_stride_; }
+  size_t scale_offset() const { return scale_offset_; }
+  size_t sums_offset() const { return sums_offset_; }
+
+  /// Sets the shape/format without converting (used by PrepareActivations and tests).
+  /// Throws crossword::Error if the reservation is too small or n_in is not a multiple of the
+  /// format's block size.
+  void SetShape(ActFormat format, int64_t n_rows, int64_t n_in);
+
+ private:
+  std::vector<uint8_t> storage_;
+  uint8_t* data_ = nullptr;  // 64-byte aligned into storage_
+  size_t capacity_ = 0;      // bytes usable from data_
+  ActFormat format_ = ActFormat::kF32;
+  int64_t n_rows_ = 0;
+  int64_t n_in_ = 0;
+  size_t row_stride_ = 0;
+  size_t scale_offset_ = 0;
+  size_t sums_offset_ = 0;
+};
+
+/// Converts rows x[r * ldx + k] (r < n_rows, k < n_in) into the format of `weight_type`'s dot
+/// product. Parallel over rows when n_rows > 1. Throws crossword::Error if `out` was not
+/// reserved large enough, n_in is not a multiple of the weight type's block size, or the type
+/// has no kernel. Never allocates.
+void PrepareActivations(GgmlType weight_type, const float* x, int64_t n_rows, int64_t n_in,
+                        int64_t ldx, Activations& out, ThreadPool& pool);
+
+/// One product y[y_row(i)][o] = sum_k W[o][k] * x[x_row(i)][k], i in [0, n_rows),
+/// o in [0, w.n_out). x_rows / y_rows: optional index arrays (nullptr = identity) so MoE can
+/// gather tokens per expert and scatter results to (token, slot) rows. y rows have stride ldy
+/// floats (>= w.n_out). x must have been prepared for w.type with n_in == w.n_in.
+struct MatMulJob {
+  Matrix w;
+  const Activations* x = nullptr;
+  int64_t n_rows = 1;
+  const int32_t* x_rows = nullptr;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  const int32_t* y_rows = nullptr;
+};
+
+/// Runs all jobs in ONE parallel region of the pool (e.g. the 4 projections of a GDN layer, or
+/// gate+up of all selected experts). Results equal ref::MatMul up to float summation order
+/// (integer block dot products are exact). Throws crossword::Error on shape/format mismatch
+/// (named by job index). Never allocates.
+void MatMul(std::span<const MatMulJob> jobs, ThreadPool& pool);
+
+/// Convenience: one job, identity row maps.
+void MatMul(const Matrix& w, const Activations& x, float* y, int64_t ldy, ThreadPool& pool);
+
+// ---------------------------------------------------------------------------------------------
+// Row operations (single thread; the model parallelizes across rows/heads if it wants).
+
+/// y = x / sqrt(mean(x^2) + eps) * w over n elements (w may be null = 1). The sum of squares is
+/// accumulated in double as ggml_compute_forward_rms_norm does. y may alias x.
+void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
+/// x *= 1 / max(sqrt(sum x^2), eps)  (ggml_l2_norm).
+void L2Norm(float* x, int64_t n, float eps);
+/// x = softmax(x) in place: subtract the max, exp, sum in double, multiply by 1/sum.
+void Softmax(float* x, int64_t n);
+/// NeoX rope on the first n_rot dims of each head: pair (i, i + n_rot/2) rotates by theta_i =
+/// pos * base^(-2i/n_rot), computed as ggml does (float theta_scale = powf(base, -2/n_rot),
+/// theta multiplied by it once per pair, cos/sin in float). Dims >= n_rot are untouched.
+/// x: n_head heads of head_dim floats, head h at x + h * head_stride. n_rot even, <= head_dim.
+void RopeNeox(float* x, int64_t n_head, int64_t head_dim, int64_t head_stride, int n_rot,
+              int64_t pos, float freq_base);
+
+/// y = silu(gate) * up (ggml_swiglu_split). y may alias gate or up.
+void SiluMul(const float* gate, const float* up, float* y, int64_t n);
+/// y = a + b.
+void Add(const float* a, const float* b, float* y, int64_t n);
+/// y += s * x  (axpy; accumulating weighted expert outputs).
+void AddScaled(const float* x, float s, float* y, int64_t n);
+/// y = a * b (elementwise).
+void Mul(const float* a, const float* b, float* y, int64_t n);
+/// x *= s.
+void Scale(float* x, float s, int64_t n);
+/// y = 1 / (1 + exp(-x)).
+void Sigmoid(const float* x, float* y, int64_t n);
+/// y = x * sigmoid(x).
+void Silu(const float* x, float* y, int64_t n);
+/// y = x > 20 ? x : log1p(exp(x))  (ggml softplus).
+void Softplus(const float* x, float* y, int64_t n);
+
+/// Router: softmax over n_expert logits (as Softmax), top-k by probability (descending; ties ->
+/// lower id), weights renormalized: p / max(sum of the k p, 6.103515625e-5). ids and weights
+/// hold k entries. 1 <= k <= n_expert <= 1024, else crossword::Error.
+void TopKSoftmax(const float* logits, int n_expert, int k, int32_t* ids, float* weights);
+
+// ---------------------------------------------------------------------------------------------
+// Sequence operations (parallel through the pool).
+
+/// Flash-style attention for T queries of one sequence.
+/// q: query t head h at q + t*ldq + h*q_head_stride (f32, head_dim values).
+/// K/V caches: position p, kv head g at k + (p*ldk + g*head_dim) elements of kv_type (F16 or
+/// F32); the same for v with ldv. Query t sees keys [0, kv_len(t)) where kv_len(t) =
+/// causal ? n_past + t + 1 : n_past + T (bidirectional block). GQA: head h reads kv head
+/// h / (n_head / n_head_kv). out: query t head h at out + t*ldo + h*out_head_stride.
+/// Online softmax over chunks of keys (no scratch memory); parallel over (t, head).
+struct AttentionArgs {
+  const float* q = nullptr;
+  int64_t ldq = 0;
+  int64_t q_head_stride = 0;  ///< 0 = head_dim
+  const void* k = nullptr;
+  const void* v = nullptr;
+  GgmlType kv_type = GgmlType::kF16;
+  int64_t ldk = 0;  ///< elements between positions (usually n_head_kv * head_dim)
+  int64_t ldv = 0;
+  float* out = nullptr;
+  int64_t ldo = 0;
+  int64_t out_head_stride = 0;  ///< 0 = head_dim
+  int64_t T = 1;
+  int64_t n_past = 0;
+  int n_head = 1;
+  int n_head_kv = 1;
+  int64_t head_dim = 0;  ///< <= 512
+  float scale = 0.0f;    ///< 0 = 1/sqrt(head_dim)
+  bool causal = true;
+};
+/// Throws crossword::Error on inconsistent arguments (names the field).
+void Attention(const AttentionArgs& args, ThreadPool& pool);
+
+/// How GatedDeltaRule evaluates T tokens.
+enum class GdnMode : uint8_t {
+  kAuto,       ///< chunked when T >= kGdnChunkThreshold, else recurrent
+  kRecurrent,  ///< token by token (llama.cpp's fused CPU op)
+  kChunked,    ///< WY / HF chunk algorithm, chunk 64 (same result up to rounding)
+};
+/// T at and above which kAuto picks the chunked form.
+inline constexpr int64_t kGdnChunkThreshold = 64;
+
+/// Gated delta rule (qwen35moe-notes.md 2.3 step 6) per v-head hv, reading k-head
+/// hv % n_k_heads (GGUF tiled order). For each token t in order, with S = state[hv] (S[j][i]:
+/// j value dim, i key dim):
+///   S *= exp(g);  kv[j] = sum_i S[j][i] k[i];  d[j] = (v[j] - kv[j]) * beta;
+///   S[j][i] += k[i] d[j];  o[j] = scale * sum_i S[j][i] q[i].
+/// q, k: token t k-head hk at q + t*ldq + hk*dk (already L2-normalized). v: head hv at
+/// v + t*ldv + hv*dv. g (log decay, <= 0) and beta: g[t*ldg + hv]. state: [n_v_heads][dv][dk]
+/// f32, updated in place. out: token t head hv at out + t*ldo + hv*dv.
+/// snapshots (optional): n_snapshots states [n_snapshots][n_v_heads][dv][dk]; slot s receives
+/// the state after token T-1-s (slots with T-1-s < 0 are left untouched).
+/// Parallel over v-heads. dk, dv <= 256. Throws crossword::Error on bad arguments.
+struct GdnArgs {
+  int64_t T = 1;
+  int n_k_heads = 1;
+  int n_v_heads = 1;
+  int64_t dk = 0;
+  int64_t dv = 0;
+  const float* q = nullptr;
+  int64_t ldq = 0;
+  const float* k = nullptr;
+  int64_t ldk = 0;
+  const float* v = nullptr;
+  int64_t ldv = 0;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+  int64_t ldg = 0;
+  float* state = nullptr;
+  float* out = nullptr;
+  int64_t ldo = 0;
+  float scale = 0.0f;  ///< 0 = 1/sqrt(dk)
+  GdnMode mode = GdnMode::kAuto;
+  float* snapshots = nullptr;
+  int n_snapshots = 0;
+};
+void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool);
+
+/// Causal depthwise conv1d + SiLU over C channels with kernel K:
+/// X = concat(state [K-1][C], x [T][C]);  y[t][c] = silu(sum_j X[t+j][c] * w[c*K + j])
+/// (w is GGUF ssm_conv1d {K, C}). x row t at x + t*ldx, y row t at y + t*ldy (y must not
+/// overlap x or state). If update_state, state <- the last K-1 rows of X. Parallel over
+/// channel blocks. Throws crossword::Error on bad arguments.
+struct Conv1dArgs {
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  int64_t T = 1;
+  int64_t C = 0;
+  int K = 4;
+  const float* w = nullptr;
+  float* state = nullptr;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool update_state = true;
+};
+void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool& pool);
+
+// ---------------------------------------------------------------------------------------------
+// Targets (tests and benchmarks).
+
+/// Name of the Highway target the dispatching entry points use now ("AVX3_DL", "AVX2", ...).
+const char* CurrentTargetName();
+/// Whether this CPU has AVX512_BF16 (vdpbf16ps), used by the BF16 path of the AVX3_DL target.
+bool CpuHasAvx512Bf16();
+
+}  // namespace crossword::kernels
