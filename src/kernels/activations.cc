@@ -34,8 +34,8 @@ void Activations::Reserve(int64_t max_rows, int64_t max_n_in) {
   Check(max_rows >= 0 && max_n_in >= 0, "Activations::Reserve: negative size ({} rows, n_in {})",
         max_rows, max_n_in);
   size_t per_row = 0;
-  for (ActFormat f : {ActFormat::kF32, ActFormat::kF16, ActFormat::kBF16, ActFormat::kQ8_0,
-                      ActFormat::kQ8_K}) {
+  for (ActFormat f :
+       {ActFormat::kF32, ActFormat::kF16, ActFormat::kBF16, ActFormat::kQ8_0, ActFormat::kQ8_K}) {
     per_row = std::max(per_row, ref::ActRowStride(f, max_n_in));
   }
   const size_t bytes = per_row * static_cast<size_t>(max_rows);

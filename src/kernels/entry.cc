@@ -7,46 +7,6 @@
 
 namespace crossword::kernels {
 
-void PrepareActivations(GgmlType weight_type, const float* x, int64_t n_rows, int64_t n_in,
-                        int64_t ldx, Activations& out, ThreadPool& pool) {
-  const ActFormat format = ActFormatFor(weight_type);
-  out.SetShape(format, n_rows, n_in);
-  pool.ParallelFor(n_rows, [&](int64_t r, int) {
-    ref::QuantizeActRow(format, x + r * ldx, n_in, out.mutable_row(r), out.scale_offset(),
-                        out.sums_offset());
-  });
-}
-
-void MatMul(std::span<const MatMulJob> jobs, ThreadPool& pool) {
-  for (size_t j = 0; j < jobs.size(); ++j) ref::CheckMatMulJob(jobs[j], j);
-  constexpr int64_t kRowsPerTask = 64;
-  int64_t n_tasks = 0;
-  for (const auto& job : jobs) n_tasks += (job.w.n_out + kRowsPerTask - 1) / kRowsPerTask;
-  pool.ParallelFor(n_tasks, [&](int64_t task, int) {
-    size_t j = 0;
-    for (;; ++j) {
-      const int64_t n = (jobs[j].w.n_out + kRowsPerTask - 1) / kRowsPerTask;
-      if (task < n) break;
-      task -= n;
-    }
-    const MatMulJob& job = jobs[j];
-    const int64_t o0 = task * kRowsPerTask, o1 = std::min(job.w.n_out, o0 + kRowsPerTask);
-    for (int64_t i = 0; i < job.n_rows; ++i) {
-      const int64_t xr = job.x_rows ? job.x_rows[i] : i;
-      float* y = job.y + (job.y_rows ? job.y_rows[i] : i) * job.ldy;
-      for (int64_t o = o0; o < o1; ++o) {
-        const auto* w = static_cast<const uint8_t*>(job.w.data) + o * job.w.row_bytes;
-        y[o] = static_cast<float>(ref::DotRow(job.w.type, w, *job.x, xr));
-      }
-    }
-  });
-}
-
-void MatMul(const Matrix& w, const Activations& x, float* y, int64_t ldy, ThreadPool& pool) {
-  const MatMulJob job{w, &x, x.n_rows(), nullptr, y, ldy, nullptr};
-  MatMul(std::span<const MatMulJob>(&job, 1), pool);
-}
-
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
   ref::RmsNorm(x, w, y, n, eps);
 }
@@ -72,8 +32,5 @@ void TopKSoftmax(const float* logits, int n_expert, int k, int32_t* ids, float* 
 void Attention(const AttentionArgs& args, ThreadPool&) { ref::Attention(args); }
 void GatedDeltaRule(const GdnArgs& args, ThreadPool&) { ref::GatedDeltaRule(args); }
 void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool&) { ref::CausalConv1dSilu(args); }
-
-const char* CurrentTargetName() { return "scalar-ref"; }
-bool CpuHasAvx512Bf16() { return __builtin_cpu_supports("avx512bf16"); }
 
 }  // namespace crossword::kernels

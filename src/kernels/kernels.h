@@ -25,8 +25,9 @@ struct Matrix {
 };
 
 /// The format an activation row is converted to before a dot product with a weight type.
-/// The integer formats store per row: int8 quants (n_in), one float scale per block, and the
-/// sums of every 16 quants as int16 (llama.cpp's Q8_K bsums; for Q8_0 the two halves of a block).
+/// The integer formats store per row: int8 quants (n_in), one float scale per block, and block
+/// sums: kQ8_0 one int32 per block = -128 * (sum of its 32 quants) (the correction term of the
+/// unsigned-offset VNNI dot), kQ8_K one int16 per 16 quants (llama.cpp's bsums).
 enum class ActFormat : uint8_t {
   kF32,   ///< F32 weights: plain floats.
   kF16,   ///< F16 weights: x rounded to binary16 (as llama.cpp's vec_dot_f16).
@@ -62,7 +63,8 @@ class Activations {
   /// Bytes between consecutive rows in data() (a multiple of 64).
   size_t row_stride() const { return row_stride_; }
   /// kF32: float[n_in]; kF16/kBF16: uint16_t[n_in]; integer formats: int8_t[n_in] quants,
-  /// then (at scale_offset()) float[n_in / block], then (at sums_offset()) int16_t[n_in / 16].
+  /// then (at scale_offset()) float[n_in / block], then (at sums_offset()) the block sums (see
+  /// ActFormat).
   const uint8_t* row(int64_t r) const { return data_ + static_cast<size_t>(r) * row_stride_; }
   uint8_t* mutable_row(int64_t r) { return data_ + static_cast<size_t>(r) * row_stride_; }
   size_t scale_offset() const { return scale_offset_; }
@@ -258,5 +260,13 @@ void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool& pool);
 const char* CurrentTargetName();
 /// Whether this CPU has AVX512_BF16 (vdpbf16ps), used by the BF16 path of the AVX3_DL target.
 bool CpuHasAvx512Bf16();
+/// Highway targets (bits of HWY_TARGETS) compiled into crossword_kernels that this CPU
+/// supports, best first; honours ForceTargetForTest.
+std::vector<int64_t> AvailableTargets();
+/// Highway's name of a target bit ("AVX3_DL", "AVX3", "AVX2", "EMU128").
+const char* TargetName(int64_t target);
+/// Tests and benchmarks only (not thread-safe): makes dispatch behave as if the CPU supported
+/// only `target` (one of AvailableTargets()); 0 restores the real CPU.
+void ForceTargetForTest(int64_t target);
 
 }  // namespace crossword::kernels

@@ -1,11 +1,12 @@
 // Smoke tests of the kernels API (the full per-target suite lives in the *_test.cc files).
+#include "kernels/kernels.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "kernels/kernels.h"
 #include "kernels/ref.h"
 
 namespace crossword::kernels {

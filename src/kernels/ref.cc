@@ -50,9 +50,10 @@ size_t ActRowStride(ActFormat format, int64_t n_in) {
     case ActFormat::kF16:
     case ActFormat::kBF16:
       return RoundUp64(2 * n);
-    case ActFormat::kQ8_0:
-    case ActFormat::kQ8_K:
-      return RoundUp64(n) + RoundUp64(4 * (n / ActBlockSize(format))) + RoundUp64(2 * (n / 16));
+    case ActFormat::kQ8_0:  // quants, float scale and int32 sum per block of 32
+      return RoundUp64(n) + 2 * RoundUp64(4 * (n / kQK8_0));
+    case ActFormat::kQ8_K:  // quants, float scale per 256, int16 sum per 16
+      return RoundUp64(n) + RoundUp64(4 * (n / kQK_K)) + RoundUp64(2 * (n / 16));
   }
   return 0;
 }
@@ -79,7 +80,6 @@ void QuantizeActRow(ActFormat format, const float* x, int64_t n_in, uint8_t* row
   }
   auto* qs = reinterpret_cast<int8_t*>(row);
   auto* scales = reinterpret_cast<float*>(row + scale_offset);
-  auto* sums = reinterpret_cast<int16_t*>(row + sums_offset);
   const int64_t bs = ActBlockSize(format);
   for (int64_t b = 0; b < n_in / bs; ++b) {
     const float* xb = x + b * bs;
@@ -111,10 +111,20 @@ void QuantizeActRow(ActFormat format, const float* x, int64_t n_in, uint8_t* row
       }
     }
   }
-  for (int64_t s = 0; s < n_in / 16; ++s) {
-    int sum = 0;
-    for (int j = 0; j < 16; ++j) sum += qs[s * 16 + j];
-    sums[s] = static_cast<int16_t>(sum);
+  if (format == ActFormat::kQ8_0) {
+    auto* sums = reinterpret_cast<int32_t*>(row + sums_offset);
+    for (int64_t b = 0; b < n_in / bs; ++b) {
+      int sum = 0;
+      for (int j = 0; j < bs; ++j) sum += qs[b * bs + j];
+      sums[b] = -128 * sum;
+    }
+  } else {
+    auto* sums = reinterpret_cast<int16_t*>(row + sums_offset);
+    for (int64_t s = 0; s < n_in / 16; ++s) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += qs[s * 16 + j];
+      sums[s] = static_cast<int16_t>(sum);
+    }
   }
 }
 

@@ -25,8 +25,7 @@ void CheckAttentionArgs(const AttentionArgs& a) {
   Check(a.head_dim > 0 && a.head_dim <= 512, "Attention: head_dim {} must be in [1, 512]",
         a.head_dim);
   Check(a.n_head >= 1 && a.n_head_kv >= 1 && a.n_head % a.n_head_kv == 0,
-        "Attention: n_head {} must be a positive multiple of n_head_kv {}", a.n_head,
-        a.n_head_kv);
+        "Attention: n_head {} must be a positive multiple of n_head_kv {}", a.n_head, a.n_head_kv);
   Check(a.T >= 0 && a.n_past >= 0, "Attention: T {} and n_past {} must be >= 0", a.T, a.n_past);
   Check(a.ldk >= a.n_head_kv * a.head_dim && a.ldv >= a.n_head_kv * a.head_dim,
         "Attention: ldk {} / ldv {} must be >= n_head_kv * head_dim = {}", a.ldk, a.ldv,
@@ -48,9 +47,9 @@ void CheckGdnArgs(const GdnArgs& a) {
         "GatedDeltaRule: n_v_heads {} must be a positive multiple of n_k_heads {}", a.n_v_heads,
         a.n_k_heads);
   Check(a.T >= 0, "GatedDeltaRule: T {} must be >= 0", a.T);
-  Check(a.T <= 1 || (a.ldq >= a.n_k_heads * a.dk && a.ldk >= a.n_k_heads * a.dk &&
-                     a.ldv >= a.n_v_heads * a.dv && a.ldg >= a.n_v_heads &&
-                     a.ldo >= a.n_v_heads * a.dv),
+  Check(a.T <= 1 ||
+            (a.ldq >= a.n_k_heads * a.dk && a.ldk >= a.n_k_heads * a.dk &&
+             a.ldv >= a.n_v_heads * a.dv && a.ldg >= a.n_v_heads && a.ldo >= a.n_v_heads * a.dv),
         "GatedDeltaRule: row strides (ldq {}, ldk {}, ldv {}, ldg {}, ldo {}) must cover all heads",
         a.ldq, a.ldk, a.ldv, a.ldg, a.ldo);
   Check(a.n_snapshots >= 0 && (a.n_snapshots == 0 || a.snapshots != nullptr),
@@ -135,8 +134,7 @@ void GatedDeltaRule(const GdnArgs& a) {
       }
       const int64_t slot = a.T - 1 - t;
       if (slot < a.n_snapshots) {
-        std::copy(S, S + dv * dk,
-                  a.snapshots + (slot * a.n_v_heads + hv) * dv * dk);
+        std::copy(S, S + dv * dk, a.snapshots + (slot * a.n_v_heads + hv) * dv * dk);
       }
     }
   }

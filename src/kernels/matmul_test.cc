@@ -1,0 +1,302 @@
+// MatMul and PrepareActivations on every compiled+supported Highway target against the scalar
+// twins (ref.h), and the twins against plain double dot products of dequantized data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/error.h"
+#include "base/fp16.h"
+#include "core/quant_blocks.h"
+#include "kernels/kernels.h"
+#include "kernels/ref.h"
+
+namespace crossword::kernels {
+namespace {
+
+constexpr double kEps = 1.0 / (1 << 23);  // float32 unit roundoff x 2
+
+// Restores the real CPU when a test ends (ForceTargetForTest is global).
+struct TargetGuard {
+  ~TargetGuard() { ForceTargetForTest(0); }
+};
+
+// Random weight rows of `type` that decode to modest values (scales 1e-3..1e-2).
+std::vector<uint8_t> RandomWeights(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937& rng) {
+  const size_t rb = *RowBytes(type, n_in);
+  std::vector<uint8_t> data(rb * n_out);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f), scale(1e-3f, 1e-2f);
+  for (auto& b : data) b = static_cast<uint8_t>(byte(rng));
+  auto put_half = [](uint8_t* p, float v) {
+    const uint16_t h = F32ToF16(v);
+    std::memcpy(p, &h, 2);
+  };
+  for (int64_t o = 0; o < n_out; ++o) {
+    uint8_t* row = data.data() + o * rb;
+    switch (type) {
+      case GgmlType::kF32:
+        for (int64_t k = 0; k < n_in; ++k) {
+          const float v = unit(rng);
+          std::memcpy(row + 4 * k, &v, 4);
+        }
+        break;
+      case GgmlType::kF16:
+        for (int64_t k = 0; k < n_in; ++k) put_half(row + 2 * k, unit(rng));
+        break;
+      case GgmlType::kBF16:
+        for (int64_t k = 0; k < n_in; ++k) {
+          const uint16_t h = F32ToBF16(unit(rng));
+          std::memcpy(row + 2 * k, &h, 2);
+        }
+        break;
+      case GgmlType::kQ8_0:
+        for (int64_t b = 0; b < n_in / 32; ++b) put_half(row + b * sizeof(BlockQ8_0), scale(rng));
+        break;
+      case GgmlType::kQ4_0:
+        for (int64_t b = 0; b < n_in / 32; ++b) put_half(row + b * sizeof(BlockQ4_0), scale(rng));
+        break;
+      case GgmlType::kQ4_K:
+        for (int64_t b = 0; b < n_in / 256; ++b) {
+          auto* blk = reinterpret_cast<BlockQ4_K*>(row + b * sizeof(BlockQ4_K));
+          blk->d = F32ToF16(scale(rng) * 0.1f);
+          blk->dmin = F32ToF16(scale(rng) * 0.1f);
+        }
+        break;
+      case GgmlType::kQ6_K:
+        for (int64_t b = 0; b < n_in / 256; ++b) {
+          auto* blk = reinterpret_cast<BlockQ6_K*>(row + b * sizeof(BlockQ6_K));
+          blk->d = F32ToF16(scale(rng) * 0.1f);
+        }
+        break;
+      default:
+        ADD_FAILURE() << "unexpected type";
+    }
+  }
+  return data;
+}
+
+std::vector<float> RandomActs(int64_t n_rows, int64_t n_in, std::mt19937& rng) {
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> x(n_rows * n_in);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float mag = r == 1 ? 0.0f : std::pow(10.0f, static_cast<float>(r % 5) - 2.0f);
+    for (int64_t k = 0; k < n_in; ++k) x[r * n_in + k] = mag * unit(rng);
+  }
+  return x;
+}
+
+// Sum over k of |w_k * x_k| with dequantized weights and activations: scales the tolerance.
+double AbsDot(GgmlType type, const uint8_t* wrow, const Activations& act, int64_t r) {
+  const int64_t n = act.n_in();
+  std::vector<float> w(n), x(n);
+  ref::DequantizeRow(type, wrow, w.data(), n);
+  const uint8_t* row = act.row(r);
+  switch (act.format()) {
+    case ActFormat::kF32:
+      std::memcpy(x.data(), row, 4 * n);
+      break;
+    case ActFormat::kF16:
+      ref::DequantizeRow(GgmlType::kF16, row, x.data(), n);
+      break;
+    case ActFormat::kBF16:
+      ref::DequantizeRow(GgmlType::kBF16, row, x.data(), n);
+      break;
+    default: {
+      const int64_t bs = act.format() == ActFormat::kQ8_0 ? 32 : 256;
+      const auto* q = reinterpret_cast<const int8_t*>(row);
+      const auto* d = reinterpret_cast<const float*>(row + act.scale_offset());
+      for (int64_t k = 0; k < n; ++k) x[k] = q[k] * d[k / bs];
+    }
+  }
+  double s = 0.0;
+  for (int64_t k = 0; k < n; ++k) s += std::fabs(static_cast<double>(w[k]) * x[k]);
+  return s;
+}
+
+struct Case {
+  GgmlType type;
+  int64_t n_in;
+};
+
+const Case kCases[] = {
+    {GgmlType::kF32, 100},   {GgmlType::kF32, 512},   {GgmlType::kF16, 77},
+    {GgmlType::kF16, 640},   {GgmlType::kBF16, 99},   {GgmlType::kBF16, 512},
+    {GgmlType::kQ8_0, 64},   {GgmlType::kQ8_0, 2304}, {GgmlType::kQ4_0, 96},
+    {GgmlType::kQ4_0, 2112}, {GgmlType::kQ4_K, 256},  {GgmlType::kQ4_K, 768},
+    {GgmlType::kQ6_K, 256},  {GgmlType::kQ6_K, 1024},
+};
+
+TEST(MatMul, MatchesScalarTwinOnEveryTarget) {
+  TargetGuard guard;
+  std::mt19937 rng(42);
+  ThreadPool pool(2);
+  const std::vector<int64_t> targets = AvailableTargets();
+  ASSERT_FALSE(targets.empty());
+  for (const Case& c : kCases) {
+    const int64_t n_out = 37;
+    for (int64_t n_rows : {1, 3, 13}) {
+      const auto w = RandomWeights(c.type, c.n_in, n_out, rng);
+      const auto x = RandomActs(n_rows, c.n_in, rng);
+      const Matrix m{c.type, c.n_in, n_out, w.data(), *RowBytes(c.type, c.n_in)};
+      Activations act;
+      act.Reserve(n_rows, c.n_in);
+      ref::PrepareActivations(c.type, x.data(), n_rows, c.n_in, c.n_in, act);
+      std::vector<float> want(n_rows * n_out);
+      ref::MatMul(MatMulJob{m, &act, n_rows, nullptr, want.data(), n_out, nullptr});
+      const int64_t terms = ref::ActBlockSize(ActFormatFor(c.type)) == 1
+                                ? c.n_in
+                                : c.n_in / ref::ActBlockSize(ActFormatFor(c.type));
+      for (int64_t target : targets) {
+        ForceTargetForTest(target);
+        SCOPED_TRACE(testing::Message() << TargetName(target) << " " << TypeName(c.type) << " n_in "
+                                        << c.n_in << " rows " << n_rows);
+        std::vector<float> got(n_rows * n_out, -1.0f);
+        MatMul(m, act, got.data(), n_out, pool);
+        for (int64_t r = 0; r < n_rows; ++r) {
+          for (int64_t o = 0; o < n_out; ++o) {
+            const double tol =
+                (terms + 8) * kEps * AbsDot(c.type, w.data() + o * m.row_bytes, act, r) + 1e-30;
+            ASSERT_NEAR(got[r * n_out + o], want[r * n_out + o], tol)
+                << "row " << r << " out " << o;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMul, GatherScatterRowsInOneRegion) {
+  TargetGuard guard;
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  const int64_t n_in = 512, n_out = 40, n_tok = 6;
+  const auto x = RandomActs(n_tok, n_in, rng);
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kF16}) {
+    const auto w1 = RandomWeights(type, n_in, n_out, rng);
+    const auto w2 = RandomWeights(type, n_in, n_out, rng);
+    const size_t rb = *RowBytes(type, n_in);
+    Activations act;
+    act.Reserve(n_tok, n_in);
+    PrepareActivations(type, x.data(), n_tok, n_in, n_in, act, pool);
+    // Expert 1 gets tokens {4, 0, 5}, expert 2 gets {1, 4}; outputs go to (token, slot) rows.
+    const int32_t xr1[] = {4, 0, 5}, yr1[] = {8, 0, 10};
+    const int32_t xr2[] = {1, 4}, yr2[] = {3, 9};
+    const int64_t ldy = n_out + 3;
+    for (int64_t target : AvailableTargets()) {
+      ForceTargetForTest(target);
+      SCOPED_TRACE(testing::Message() << TargetName(target) << " " << TypeName(type));
+      std::vector<float> y(12 * ldy, 123.0f);
+      const MatMulJob jobs[] = {
+          {{type, n_in, n_out, w1.data(), rb}, &act, 3, xr1, y.data(), ldy, yr1},
+          {{type, n_in, n_out, w2.data(), rb}, &act, 2, xr2, y.data(), ldy, yr2}};
+      MatMul(jobs, pool);
+      for (const auto& [w, xr, yr, n] :
+           {std::tuple{&w1, xr1, yr1, 3}, std::tuple{&w2, xr2, yr2, 2}}) {
+        for (int i = 0; i < n; ++i) {
+          for (int64_t o = 0; o < n_out; ++o) {
+            const double want = ref::DotRow(type, w->data() + o * rb, act, xr[i]);
+            const double tol = (n_in + 8) * kEps * AbsDot(type, w->data() + o * rb, act, xr[i]);
+            ASSERT_NEAR(y[yr[i] * ldy + o], want, tol);
+          }
+          EXPECT_EQ(y[yr[i] * ldy + n_out], 123.0f) << "wrote past n_out";
+        }
+      }
+      EXPECT_EQ(y[1 * ldy], 123.0f) << "wrote a row no job maps to";
+    }
+  }
+}
+
+// The twins themselves: block-wise integer dot == double dot of the dequantized operands.
+TEST(MatMulRef, DotRowEqualsDequantizedDoubleDot) {
+  std::mt19937 rng(3);
+  for (const Case& c : kCases) {
+    const auto w = RandomWeights(c.type, c.n_in, 3, rng);
+    const auto x = RandomActs(4, c.n_in, rng);
+    Activations act;
+    act.Reserve(4, c.n_in);
+    ref::PrepareActivations(c.type, x.data(), 4, c.n_in, c.n_in, act);
+    const size_t rb = *RowBytes(c.type, c.n_in);
+    std::vector<float> wf(c.n_in), xf(c.n_in);
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int o = 0; o < 3; ++o) {
+        ref::DequantizeRow(c.type, w.data() + o * rb, wf.data(), c.n_in);
+        const uint8_t* row = act.row(r);
+        double want = 0.0;
+        for (int64_t k = 0; k < c.n_in; ++k) {
+          double xv;
+          switch (act.format()) {
+            case ActFormat::kF32:
+              xv = reinterpret_cast<const float*>(row)[k];
+              break;
+            case ActFormat::kF16:
+              xv = F16ToF32(reinterpret_cast<const uint16_t*>(row)[k]);
+              break;
+            case ActFormat::kBF16:
+              xv = BF16ToF32(reinterpret_cast<const uint16_t*>(row)[k]);
+              break;
+            default: {
+              const int64_t bs = ref::ActBlockSize(act.format());
+              xv = static_cast<double>(reinterpret_cast<const int8_t*>(row)[k]) *
+                   reinterpret_cast<const float*>(row + act.scale_offset())[k / bs];
+            }
+          }
+          want += wf[k] * xv;
+        }
+        // The twins round d_w * d_x (and Q4_K's sub-block scale products) to float once.
+        const double tol = 4 * kEps * AbsDot(c.type, w.data() + o * rb, act, r) + 1e-30;
+        EXPECT_NEAR(ref::DotRow(c.type, w.data() + o * rb, act, r), want, tol)
+            << TypeName(c.type) << " n_in " << c.n_in;
+      }
+    }
+  }
+}
+
+TEST(PrepareActivations, BitExactWithScalarTwinOnEveryTarget) {
+  TargetGuard guard;
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  const int64_t n_in = 512, n_rows = 7;
+  auto x = RandomActs(n_rows, n_in, rng);
+  x[5] = 7e4f;     // overflows f16
+  x[6] = 1e-6f;    // f16 subnormal
+  x[7] = -3e-39f;  // f32 subnormal
+  x[2 * n_in + 40] = -x[2 * n_in + 40];
+  for (int64_t k = 0; k < 32; ++k) x[3 * n_in + k] = (k % 2 ? 1.0f : -1.0f) * 0.5f;  // ties
+  for (GgmlType type :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+    Activations want, got;
+    want.Reserve(n_rows, n_in);
+    got.Reserve(n_rows, n_in);
+    ref::PrepareActivations(type, x.data(), n_rows, n_in, n_in, want);
+    for (int64_t target : AvailableTargets()) {
+      ForceTargetForTest(target);
+      PrepareActivations(type, x.data(), n_rows, n_in, n_in, got, pool);
+      ASSERT_EQ(got.row_stride(), want.row_stride());
+      for (int64_t r = 0; r < n_rows; ++r) {
+        EXPECT_EQ(std::memcmp(got.row(r), want.row(r), want.row_stride()), 0)
+            << TargetName(target) << " " << TypeName(type) << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(Activations, RejectsTooSmallReservationAndBadShapes) {
+  Activations act;
+  act.Reserve(2, 256);
+  ThreadPool pool(1);
+  std::vector<float> x(4 * 512, 1.0f);
+  EXPECT_THROW(PrepareActivations(GgmlType::kQ8_0, x.data(), 4, 512, 512, act, pool), Error);
+  EXPECT_THROW(PrepareActivations(GgmlType::kQ4_K, x.data(), 1, 100, 100, act, pool), Error);
+  EXPECT_THROW(PrepareActivations(GgmlType::kQ5_K, x.data(), 1, 256, 256, act, pool), Error);
+  PrepareActivations(GgmlType::kQ8_0, x.data(), 2, 256, 256, act, pool);
+  std::vector<float> w(256 * 4, 0.5f), y(8);
+  // F32 weights with Q8_0 activations: a format mismatch must be reported, not computed.
+  EXPECT_THROW(MatMul(Matrix{GgmlType::kF32, 256, 4, w.data(), 1024}, act, y.data(), 4, pool),
+               Error);
+}
+
+}  // namespace
+}  // namespace crossword::kernels

@@ -1,0 +1,435 @@
+// AVX-512 VNNI (vpdpbusd) and AVX512_BF16 (vdpbf16ps) tile kernels for MatMul. Every function
+// carries its own target attribute; callers check the CPU first (the AVX3_DL Highway target
+// implies VNNI; BF16 is checked with CpuHasAvx512Bf16()).
+// GCC 12 reports the deliberately undefined upper halves inside its own AVX-512 cast/reduce
+// intrinsics as uninitialized (a known false positive); the pragma must precede the header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "kernels/vnni_kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/quant_blocks.h"
+
+#define CW_VNNI \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define CW_BF16 \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#if defined(__clang__)
+#define CW_UNROLL _Pragma("unroll")
+#else
+#define CW_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+namespace crossword::kernels::vnni {
+namespace {
+
+constexpr int kOTile = 16;        // weight rows per repacked tile (one zmm of int32 outputs)
+constexpr int kChunkBlocks = 64;  // 2048 columns per repacked chunk: 32 KiB + 4 KiB, fits L1
+
+// One repacked tile: q[b][g] holds bytes 4g..4g+3 of block b for each of the 16 rows (lane i =
+// row i) as u8 = w + 128; d[b] holds the 16 rows' block scales.
+struct alignas(64) Packed {
+  uint8_t q[kChunkBlocks][8][64];
+  float d[kChunkBlocks][kOTile];
+};
+
+inline int32_t Load32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Resolves activation/output row pointers of rows [i0, i0 + R) of a job.
+struct RowPtrs {
+  const uint8_t* x;
+  float* y;
+};
+inline RowPtrs RowAt(const JobRows& rows, int64_t i) {
+  const int64_t xr = rows.x_rows ? rows.x_rows[i] : i;
+  const int64_t yr = rows.y_rows ? rows.y_rows[i] : i;
+  return {rows.x->row(xr), rows.y + yr * rows.ldy};
+}
+
+// A[j] lane l = 16 bytes of row j + 4l  ->  G[g] dword i = dword g of row i.
+CW_VNNI inline void Transpose4(const __m512i A[4], __m512i G[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi32(A[0], A[1]);
+  const __m512i t1 = _mm512_unpackhi_epi32(A[0], A[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(A[2], A[3]);
+  const __m512i t3 = _mm512_unpackhi_epi32(A[2], A[3]);
+  G[0] = _mm512_unpacklo_epi64(t0, t2);
+  G[1] = _mm512_unpackhi_epi64(t0, t2);
+  G[2] = _mm512_unpacklo_epi64(t1, t3);
+  G[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+CW_VNNI inline __m512i Load4x128(const uint8_t* const* rows, int j, size_t off) {
+  __m512i v =
+      _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + off)));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 4] + off)),
+                         1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 8] + off)),
+                         2);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 12] + off)),
+                         3);
+  return v;
+}
+
+// Repacks blocks [b0, b0 + nb) of weight rows w0 .. w0 + (nv-1)*rb (rows past nv repeat the last
+// valid row; their results are masked off). Q4_0 nibbles become u8 q + 120 = (q - 8) + 128.
+CW_VNNI void Pack(GgmlType type, const uint8_t* w0, size_t rb, int nv, int64_t b0, int nb,
+                  Packed* p) {
+  const uint8_t* rows[kOTile];
+  alignas(64) int32_t idx[kOTile];
+  for (int i = 0; i < kOTile; ++i) {
+    const int r = i < nv ? i : nv - 1;
+    rows[i] = w0 + static_cast<size_t>(r) * rb;
+    idx[i] = static_cast<int32_t>(static_cast<size_t>(r) * rb);
+  }
+  const __m512i vidx = _mm512_load_si512(idx);
+  const bool q8 = type == GgmlType::kQ8_0;
+  const size_t bsz = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  const __m512i off120 = _mm512_set1_epi8(120);
+  for (int b = 0; b < nb; ++b) {
+    const size_t off = static_cast<size_t>(b0 + b) * bsz;
+    // The fp16 scale is the first field of both block types; gather 4 bytes, keep the low 2.
+    const __m512i dw = _mm512_i32gather_epi32(vidx, w0 + off, 1);
+    _mm512_store_ps(p->d[b], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw)));
+    __m512i A[4], G[4];
+    if (q8) {
+      for (int half = 0; half < 2; ++half) {
+        CW_UNROLL for (int j = 0; j < 4; ++j) A[j] = Load4x128(rows, j, off + 2 + 16 * half);
+        Transpose4(A, G);
+        CW_UNROLL for (int g = 0; g < 4; ++g) {
+          _mm512_store_si512(p->q[b][4 * half + g], _mm512_xor_si512(G[g], flip));
+        }
+      }
+    } else {
+      CW_UNROLL for (int j = 0; j < 4; ++j) A[j] = Load4x128(rows, j, off + 2);
+      Transpose4(A, G);
+      CW_UNROLL for (int g = 0; g < 4; ++g) {
+        const __m512i lo = _mm512_and_si512(G[g], lo4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(G[g], 4), lo4);
+        _mm512_store_si512(p->q[b][g], _mm512_add_epi8(lo, off120));
+        _mm512_store_si512(p->q[b][4 + g], _mm512_add_epi8(hi, off120));
+      }
+    }
+  }
+}
+
+// acc[r] (16 outputs of row r) += sum over blocks of d_w * d_x * (sum (w+128) x - 128 sum x).
+template <int R>
+CW_VNNI inline void Q8Kernel(const Packed* p, int nb, const int8_t* const* xq,
+                             const float* const* xd, const int32_t* const* xs, __m512* acc) {
+  for (int b = 0; b < nb; ++b) {
+    __m512i ai[R];
+    CW_UNROLL for (int r = 0; r < R; ++r) ai[r] = _mm512_set1_epi32(xs[r][b]);
+    CW_UNROLL for (int g = 0; g < 8; ++g) {
+      const __m512i wv = _mm512_load_si512(p->q[b][g]);
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        ai[r] = _mm512_dpbusd_epi32(ai[r], wv, _mm512_set1_epi32(Load32(xq[r] + b * 32 + 4 * g)));
+      }
+    }
+    const __m512 sw = _mm512_load_ps(p->d[b]);
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r]),
+                               _mm512_mul_ps(sw, _mm512_set1_ps(xd[r][b])), acc[r]);
+    }
+  }
+}
+
+template <int R>
+CW_VNNI void Q8Rows(const Packed* p, int nb, int64_t b0, const JobRows& rows, int64_t i0,
+                    int64_t ot, __mmask16 mask, bool first) {
+  const int8_t* xq[R];
+  const float* xd[R];
+  const int32_t* xs[R];
+  float* y[R];
+  __m512 acc[R];
+  const Activations& x = *rows.x;
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    const RowPtrs rp = RowAt(rows, i0 + r);
+    xq[r] = reinterpret_cast<const int8_t*>(rp.x) + b0 * 32;
+    xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset()) + b0;
+    xs[r] = reinterpret_cast<const int32_t*>(rp.x + x.sums_offset()) + b0;
+    y[r] = rp.y + ot;
+    acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y[r]);
+  }
+  Q8Kernel<R>(p, nb, xq, xd, xs, acc);
+  CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
+}
+
+}  // namespace
+
+CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
+  alignas(64) Packed p;
+  const int64_t nblocks = w.n_in / 32;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t ot = o0; ot < o1; ot += kOTile) {
+    const int nv = static_cast<int>(std::min<int64_t>(kOTile, o1 - ot));
+    const __mmask16 mask = static_cast<__mmask16>((1u << nv) - 1);
+    for (int64_t b0 = 0; b0 < nblocks; b0 += kChunkBlocks) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, nblocks - b0));
+      Pack(w.type, base + ot * w.row_bytes, w.row_bytes, nv, b0, nb, &p);
+      const bool first = b0 == 0;
+      int64_t i = 0;
+      for (; i + 8 <= rows.n_rows; i += 8) Q8Rows<8>(&p, nb, b0, rows, i, ot, mask, first);
+      switch (rows.n_rows - i) {
+        case 7:
+          Q8Rows<7>(&p, nb, b0, rows, i, ot, mask, first);
+          break;
+        case 6:
+          Q8Rows<6>(&p, nb, b0, rows, i, ot, mask, first);
+          break;
+        case 5:
+          Q8Rows<5>(&p, nb, b0, rows, i, ot, mask, first);
+          break;
+        case 4:
+          Q8Rows<4>(&p, nb, b0, rows, i, ot, mask, first);
+          break;
+        case 3:
+          Q8Rows<3>(&p, nb, b0, rows, i, ot, mask, first);
+          break;
+        case 2:
+          Q8Rows<2>(&p, nb, b0, rows, i, ot, mask, first);
+          break;
+        case 1:
+          Q8Rows<1>(&p, nb, b0, rows, i, ot, mask, first);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+namespace {
+
+// Unpacks the 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K block.
+inline void UnpackQ4KScales(const uint8_t* packed, uint32_t out[4]) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+  out[0] = u[0] & m6;                                       // scales 0..3
+  out[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);         // scales 4..7
+  out[2] = u[1] & m6;                                       // mins 0..3
+  out[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);  // mins 4..7
+}
+
+CW_VNNI inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+
+CW_VNNI inline float ReduceAdd256(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+template <int R>
+CW_VNNI void Q4KDot(const BlockQ4_K* blocks, int64_t nsb, const RowPtrs* rp, const Activations& x,
+                    float* out) {
+  __m512 facc[R];
+  __m256 macc[R];
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    facc[r] = _mm512_setzero_ps();
+    macc[r] = _mm256_setzero_ps();
+  }
+  const __m512i idx[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                          _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                          _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                          _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const BlockQ4_K& blk = blocks[sb];
+    uint32_t sm[4];
+    UnpackQ4KScales(blk.scales, sm);
+    const __m128i smv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sm));
+    const __m512i sc32 = _mm512_cvtepu8_epi32(smv);  // lanes 0..7 = scales (< 64)
+    // mins duplicated per pair of bsums: madd(bsums, [m0 m0 m1 m1 ..]) = m_j * (sum of 32).
+    const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smv, smv));
+    const float d = HalfToFloat(blk.d), dmin = HalfToFloat(blk.dmin);
+    __m512i isum[R];
+    CW_UNROLL for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+    CW_UNROLL for (int c = 0; c < 4; ++c) {
+      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
+      const __m256i lo = _mm256_and_si256(qv, lo4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), lo4);
+      const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      const __m512i scv = _mm512_permutexvar_epi32(idx[c], sc32);
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        const __m512i xv = _mm512_loadu_si512(rp[r].x + sb * 256 + 64 * c);
+        const __m512i prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+        // |prod| < 2^15 and scales are non-negative int16 in the low half of each lane.
+        isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(prod, scv));
+      }
+    }
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      const float dx = reinterpret_cast<const float*>(rp[r].x + x.scale_offset())[sb];
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_set1_ps(d * dx), facc[r]);
+      const __m256i bs =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[r].x + x.sums_offset() + sb * 32));
+      macc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m16)),
+                                _mm256_set1_ps(dmin * dx), macc[r]);
+    }
+  }
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    out[r] = _mm512_reduce_add_ps(facc[r]) - ReduceAdd256(macc[r]);
+  }
+}
+
+template <int R>
+CW_VNNI void Q6KDot(const BlockQ6_K* blocks, int64_t nsb, const RowPtrs* rp, const Activations& x,
+                    float* out) {
+  __m512 facc[R];
+  CW_UNROLL for (int r = 0; r < R; ++r) facc[r] = _mm512_setzero_ps();
+  const __m512i idx[4] = {
+      _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+      _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+      _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
+      _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12)};
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  // Per 16-bit lane shift counts: quarter 0/1 take qh bits 0-1/2-3 (<< 4/2), 2/3 take 4-5/6-7.
+  const __m512i shl_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shr_b = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const BlockQ6_K& blk = blocks[sb];
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+    // madd_epi16 multiplies the low int16 of each lane: zero the high half (scales are signed).
+    const __m512i sc32 = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), low16);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const float d = HalfToFloat(blk.d);
+    __m512i isum[R];
+    CW_UNROLL for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+    CW_UNROLL for (int h = 0; h < 2; ++h) {
+      const __m512i qlv = _mm512_loadu_si512(blk.ql + 64 * h);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+      const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+      const __m512i wa = _mm512_or_si512(_mm512_and_si512(qlv, lo4),
+                                         _mm512_and_si512(_mm512_sllv_epi16(qh2, shl_a), m30));
+      const __m512i wb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qlv, 4), lo4),
+                                         _mm512_and_si512(_mm512_srlv_epi16(qh2, shr_b), m30));
+      const __m512i sca = _mm512_permutexvar_epi32(idx[2 * h], sc32);
+      const __m512i scb = _mm512_permutexvar_epi32(idx[2 * h + 1], sc32);
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        const int8_t* xq = reinterpret_cast<const int8_t*>(rp[r].x) + sb * 256 + 128 * h;
+        const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_loadu_si512(xq));
+        const __m512i pb =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(xq + 64));
+        isum[r] = _mm512_add_epi32(
+            isum[r], _mm512_add_epi32(_mm512_madd_epi16(pa, sca), _mm512_madd_epi16(pb, scb)));
+      }
+    }
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      const float dx = reinterpret_cast<const float*>(rp[r].x + x.scale_offset())[sb];
+      const __m256i bs =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[r].x + x.sums_offset() + sb * 32));
+      // The stored quants are q + 32: subtract 32 * sum_s scale_s * bsum_s.
+      const __m512i corr =
+          _mm512_slli_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(bs, sc16)), 5);
+      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[r], corr)),
+                                _mm512_set1_ps(d * dx), facc[r]);
+    }
+  }
+  CW_UNROLL for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(facc[r]);
+}
+
+template <int R>
+CW_VNNI void KQuantRows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t o0, int64_t o1) {
+  RowPtrs rp[R];
+  CW_UNROLL for (int r = 0; r < R; ++r) rp[r] = RowAt(rows, i0 + r);
+  const int64_t nsb = w.n_in / 256;
+  float out[R];
+  for (int64_t o = o0; o < o1; ++o) {
+    const auto* wrow = static_cast<const uint8_t*>(w.data) + o * w.row_bytes;
+    if (w.type == GgmlType::kQ4_K) {
+      Q4KDot<R>(reinterpret_cast<const BlockQ4_K*>(wrow), nsb, rp, *rows.x, out);
+    } else {
+      Q6KDot<R>(reinterpret_cast<const BlockQ6_K*>(wrow), nsb, rp, *rows.x, out);
+    }
+    CW_UNROLL for (int r = 0; r < R; ++r) rp[r].y[o] = out[r];
+  }
+}
+
+template <int R>
+CW_BF16 void Bf16Rows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t o0, int64_t o1) {
+  RowPtrs rp[R];
+  CW_UNROLL for (int r = 0; r < R; ++r) rp[r] = RowAt(rows, i0 + r);
+  const int64_t n = w.n_in;
+  for (int64_t o = o0; o < o1; ++o) {
+    const auto* wrow =
+        reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + o * w.row_bytes);
+    __m512 acc0[R], acc1[R];
+    CW_UNROLL for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 64 <= n; k += 64) {
+      const __m512i w0 = _mm512_loadu_si512(wrow + k);
+      const __m512i w1 = _mm512_loadu_si512(wrow + k + 32);
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        const auto* xr = reinterpret_cast<const uint16_t*>(rp[r].x) + k;
+        acc0[r] = _mm512_dpbf16_ps(acc0[r], (__m512bh)_mm512_loadu_si512(xr), (__m512bh)w0);
+        acc1[r] = _mm512_dpbf16_ps(acc1[r], (__m512bh)_mm512_loadu_si512(xr + 32), (__m512bh)w1);
+      }
+    }
+    for (; k < n; k += 32) {
+      const int64_t left = std::min<int64_t>(32, n - k);
+      const __mmask32 m = static_cast<__mmask32>((left == 32) ? ~0u : ((1u << left) - 1));
+      const __m512i w0 = _mm512_maskz_loadu_epi16(m, wrow + k);
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        const auto* xr = reinterpret_cast<const uint16_t*>(rp[r].x) + k;
+        acc0[r] =
+            _mm512_dpbf16_ps(acc0[r], (__m512bh)_mm512_maskz_loadu_epi16(m, xr), (__m512bh)w0);
+      }
+    }
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      rp[r].y[o] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+    }
+  }
+}
+
+}  // namespace
+
+CW_VNNI void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
+  int64_t i = 0;
+  for (; i + 4 <= rows.n_rows; i += 4) KQuantRows<4>(w, rows, i, o0, o1);
+  switch (rows.n_rows - i) {
+    case 3:
+      KQuantRows<3>(w, rows, i, o0, o1);
+      break;
+    case 2:
+      KQuantRows<2>(w, rows, i, o0, o1);
+      break;
+    case 1:
+      KQuantRows<1>(w, rows, i, o0, o1);
+      break;
+    default:
+      break;
+  }
+}
+
+CW_BF16 void Bf16Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
+  int64_t i = 0;
+  for (; i + 4 <= rows.n_rows; i += 4) Bf16Rows<4>(w, rows, i, o0, o1);
+  switch (rows.n_rows - i) {
+    case 3:
+      Bf16Rows<3>(w, rows, i, o0, o1);
+      break;
+    case 2:
+      Bf16Rows<2>(w, rows, i, o0, o1);
+      break;
+    case 1:
+      Bf16Rows<1>(w, rows, i, o0, o1);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace crossword::kernels::vnni

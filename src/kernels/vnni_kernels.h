@@ -1,0 +1,35 @@
+// AVX-512 VNNI / AVX512_BF16 matrix kernels, called by the AVX3_DL Highway target of matmul.cc.
+// Highway 1.0.3 has no int8 quad dot product and its AVX3_DL attributes omit avx512vnni and
+// avx512bf16, so these live in their own translation unit with function target attributes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace crossword::kernels::vnni {
+
+/// The rows of one MatMulJob as the tile kernels see them.
+struct JobRows {
+  const Activations* x;
+  int64_t n_rows;
+  const int32_t* x_rows;  ///< nullptr = identity
+  float* y;
+  int64_t ldy;
+  const int32_t* y_rows;  ///< nullptr = identity
+};
+
+/// y[.][o0, o1) for Q8_0 or Q4_0 weights (w.type) and kQ8_0 activations. Repacks 16 weight rows
+/// x 2048 columns at a time (u8 with +128 offset, 4-byte groups interleaved across rows) and
+/// runs vpdpbusd with register tiles of up to 8 activation rows. Requires AVX512 VNNI.
+void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
+
+/// y[.][o0, o1) for Q4_K or Q6_K weights and kQ8_K activations; up to 4 activation rows share
+/// each unpacked super-block. Requires AVX512 VNNI.
+void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
+
+/// y[.][o0, o1) for BF16 weights and kBF16 activations with vdpbf16ps. Requires AVX512_BF16
+/// (check CpuHasAvx512Bf16() first).
+void Bf16Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
+
+}  // namespace crossword::kernels::vnni
