@@ -494,7 +494,8 @@ void QuantizeRowQ8_0(const float* x, BlockQ8_0* y, int64_t n) {
     const float d = amax / 127;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = F2H(d);
-    for (int j = 0; j < kQK8_0; ++j) y[i].qs[j] = static_cast<int8_t>(TruncInt(std::round(x[j] * id)));
+    for (int j = 0; j < kQK8_0; ++j)
+      y[i].qs[j] = static_cast<int8_t>(TruncInt(std::round(x[j] * id)));
   }
 }
 
@@ -537,7 +538,8 @@ void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t n) {
     std::memset(y[i].scales, 0, sizeof(y[i].scales));
     for (int j = 0; j < kQK_K / 32; ++j) {
       // The reference stores nearest_int into a uint8_t before clamping to 63.
-      const uint8_t ls = std::min<uint8_t>(63, static_cast<uint8_t>(NearestInt(inv_scale * scales[j])));
+      const uint8_t ls =
+          std::min<uint8_t>(63, static_cast<uint8_t>(NearestInt(inv_scale * scales[j])));
       const uint8_t lm = std::min<uint8_t>(63, static_cast<uint8_t>(NearestInt(inv_min * mins[j])));
       if (j < 4) {
         y[i].scales[j] = ls;
@@ -607,7 +609,8 @@ void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t n) {
         const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
         ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
         ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
-        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) |
+                                     ((q4 >> 4) << 6));
       }
     }
   }
@@ -697,20 +700,33 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
         dst[i] = static_cast<float>(v);
       }
       return;
-    case GgmlType::kQ4_0: return DequantizeBlocks<BlockQ4_0>(src, dst, n, kQK4_0, DequantizeRowQ4_0);
-    case GgmlType::kQ4_1: return DequantizeBlocks<BlockQ4_1>(src, dst, n, kQK4_1, DequantizeRowQ4_1);
-    case GgmlType::kQ5_0: return DequantizeBlocks<BlockQ5_0>(src, dst, n, kQK5_0, DequantizeRowQ5_0);
-    case GgmlType::kQ5_1: return DequantizeBlocks<BlockQ5_1>(src, dst, n, kQK5_1, DequantizeRowQ5_1);
-    case GgmlType::kQ8_0: return DequantizeBlocks<BlockQ8_0>(src, dst, n, kQK8_0, DequantizeRowQ8_0);
-    case GgmlType::kQ8_1: return DequantizeBlocks<BlockQ8_1>(src, dst, n, kQK8_1, DequantizeRowQ8_1);
-    case GgmlType::kQ2_K: return DequantizeBlocks<BlockQ2_K>(src, dst, n, kQK_K, DequantizeRowQ2_K);
-    case GgmlType::kQ3_K: return DequantizeBlocks<BlockQ3_K>(src, dst, n, kQK_K, DequantizeRowQ3_K);
-    case GgmlType::kQ4_K: return DequantizeBlocks<BlockQ4_K>(src, dst, n, kQK_K, DequantizeRowQ4_K);
-    case GgmlType::kQ5_K: return DequantizeBlocks<BlockQ5_K>(src, dst, n, kQK_K, DequantizeRowQ5_K);
-    case GgmlType::kQ6_K: return DequantizeBlocks<BlockQ6_K>(src, dst, n, kQK_K, DequantizeRowQ6_K);
-    case GgmlType::kQ8_K: return DequantizeBlocks<BlockQ8_K>(src, dst, n, kQK_K, DequantizeRowQ8_K);
+    case GgmlType::kQ4_0:
+      return DequantizeBlocks<BlockQ4_0>(src, dst, n, kQK4_0, DequantizeRowQ4_0);
+    case GgmlType::kQ4_1:
+      return DequantizeBlocks<BlockQ4_1>(src, dst, n, kQK4_1, DequantizeRowQ4_1);
+    case GgmlType::kQ5_0:
+      return DequantizeBlocks<BlockQ5_0>(src, dst, n, kQK5_0, DequantizeRowQ5_0);
+    case GgmlType::kQ5_1:
+      return DequantizeBlocks<BlockQ5_1>(src, dst, n, kQK5_1, DequantizeRowQ5_1);
+    case GgmlType::kQ8_0:
+      return DequantizeBlocks<BlockQ8_0>(src, dst, n, kQK8_0, DequantizeRowQ8_0);
+    case GgmlType::kQ8_1:
+      return DequantizeBlocks<BlockQ8_1>(src, dst, n, kQK8_1, DequantizeRowQ8_1);
+    case GgmlType::kQ2_K:
+      return DequantizeBlocks<BlockQ2_K>(src, dst, n, kQK_K, DequantizeRowQ2_K);
+    case GgmlType::kQ3_K:
+      return DequantizeBlocks<BlockQ3_K>(src, dst, n, kQK_K, DequantizeRowQ3_K);
+    case GgmlType::kQ4_K:
+      return DequantizeBlocks<BlockQ4_K>(src, dst, n, kQK_K, DequantizeRowQ4_K);
+    case GgmlType::kQ5_K:
+      return DequantizeBlocks<BlockQ5_K>(src, dst, n, kQK_K, DequantizeRowQ5_K);
+    case GgmlType::kQ6_K:
+      return DequantizeBlocks<BlockQ6_K>(src, dst, n, kQK_K, DequantizeRowQ6_K);
+    case GgmlType::kQ8_K:
+      return DequantizeBlocks<BlockQ8_K>(src, dst, n, kQK_K, DequantizeRowQ8_K);
     default:
-      Fail("DequantizeRow: type {} holds integers, not a float or quantized format", TypeName(type));
+      Fail("DequantizeRow: type {} holds integers, not a float or quantized format",
+           TypeName(type));
   }
 }
 
@@ -728,19 +744,29 @@ void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
         std::memcpy(b + 2 * i, &h, 2);
       }
       return;
-    case GgmlType::kQ4_0: return QuantizeBlocks<BlockQ4_0>(src, dst, n, kQK4_0, QuantizeRowQ4_0);
-    case GgmlType::kQ4_1: return QuantizeBlocks<BlockQ4_1>(src, dst, n, kQK4_1, QuantizeRowQ4_1);
-    case GgmlType::kQ5_0: return QuantizeBlocks<BlockQ5_0>(src, dst, n, kQK5_0, QuantizeRowQ5_0);
-    case GgmlType::kQ5_1: return QuantizeBlocks<BlockQ5_1>(src, dst, n, kQK5_1, QuantizeRowQ5_1);
-    case GgmlType::kQ8_0: return QuantizeBlocks<BlockQ8_0>(src, dst, n, kQK8_0, QuantizeRowQ8_0);
-    case GgmlType::kQ8_1: return QuantizeBlocks<BlockQ8_1>(src, dst, n, kQK8_1, QuantizeRowQ8_1);
-    case GgmlType::kQ4_K: return QuantizeBlocks<BlockQ4_K>(src, dst, n, kQK_K, QuantizeRowQ4_K);
-    case GgmlType::kQ6_K: return QuantizeBlocks<BlockQ6_K>(src, dst, n, kQK_K, QuantizeRowQ6_K);
-    case GgmlType::kQ8_K: return QuantizeBlocks<BlockQ8_K>(src, dst, n, kQK_K, QuantizeRowQ8_K);
+    case GgmlType::kQ4_0:
+      return QuantizeBlocks<BlockQ4_0>(src, dst, n, kQK4_0, QuantizeRowQ4_0);
+    case GgmlType::kQ4_1:
+      return QuantizeBlocks<BlockQ4_1>(src, dst, n, kQK4_1, QuantizeRowQ4_1);
+    case GgmlType::kQ5_0:
+      return QuantizeBlocks<BlockQ5_0>(src, dst, n, kQK5_0, QuantizeRowQ5_0);
+    case GgmlType::kQ5_1:
+      return QuantizeBlocks<BlockQ5_1>(src, dst, n, kQK5_1, QuantizeRowQ5_1);
+    case GgmlType::kQ8_0:
+      return QuantizeBlocks<BlockQ8_0>(src, dst, n, kQK8_0, QuantizeRowQ8_0);
+    case GgmlType::kQ8_1:
+      return QuantizeBlocks<BlockQ8_1>(src, dst, n, kQK8_1, QuantizeRowQ8_1);
+    case GgmlType::kQ4_K:
+      return QuantizeBlocks<BlockQ4_K>(src, dst, n, kQK_K, QuantizeRowQ4_K);
+    case GgmlType::kQ6_K:
+      return QuantizeBlocks<BlockQ6_K>(src, dst, n, kQK_K, QuantizeRowQ6_K);
+    case GgmlType::kQ8_K:
+      return QuantizeBlocks<BlockQ8_K>(src, dst, n, kQK_K, QuantizeRowQ8_K);
     default:
-      Fail("QuantizeRow: no reference quantizer for {} (supported: F32, F16, BF16, Q4_0, Q4_1, "
-           "Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q6_K, Q8_K)",
-           TypeName(type));
+      Fail(
+          "QuantizeRow: no reference quantizer for {} (supported: F32, F16, BF16, Q4_0, Q4_1, "
+          "Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q6_K, Q8_K)",
+          TypeName(type));
   }
 }
 

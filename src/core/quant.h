@@ -43,7 +43,8 @@ void DequantizeRowQ5_K(const BlockQ5_K* x, float* y, int64_t n);
 void DequantizeRowQ6_K(const BlockQ6_K* x, float* y, int64_t n);
 void DequantizeRowQ8_K(const BlockQ8_K* x, float* y, int64_t n);
 
-/// Q4_0: per block of 32, d = (the element of largest magnitude) / -8, q = min(15, trunc(x/d + 8.5)).
+/// Q4_0: per block of 32, d = (the element of largest magnitude) / -8, q = min(15, trunc(x/d
+/// + 8.5)).
 void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t n);
 /// Q4_1: d = (max - min) / 15, m = min, q = min(15, trunc((x - min)/d + 0.5)).
 void QuantizeRowQ4_1(const float* x, BlockQ4_1* y, int64_t n);

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -225,7 +225,8 @@ TEST(Quant, Q8_KHandBuiltBlockAndQuantizer) {
       EXPECT_EQ(q[blk].bsums[g], sum);
     }
     for (int l = 0; l < 256; ++l) {
-      EXPECT_LE(std::fabs(x[blk * 256 + l] - q[blk].d * q[blk].qs[l]), std::fabs(q[blk].d) * 0.5001f);
+      EXPECT_LE(std::fabs(x[blk * 256 + l] - q[blk].d * q[blk].qs[l]),
+                std::fabs(q[blk].d) * 0.5001f);
     }
   }
 }
@@ -328,7 +329,8 @@ TEST(Quant, BadArgumentsThrow) {
 
 // ---- Independent oracle: the ggml reference code from node-llama-cpp's bundled llama.cpp ------
 // CTest builds tests/oracles/ggml_quants_driver.c against that source (fixture) and passes the
-// binary in CROSSWORD_GGML_QUANTS_DRIVER. Run by hand: see tests/oracles/build_ggml_quants_driver.sh.
+// binary in CROSSWORD_GGML_QUANTS_DRIVER. Run by hand: see
+// tests/oracles/build_ggml_quants_driver.sh.
 
 namespace oracle {
 
@@ -370,14 +372,30 @@ std::vector<float> HardInputs(int64_t n, uint32_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t block = i / 256;
     switch (block % 8) {
-      case 0: x[i] = g(rng); break;
-      case 1: x[i] = 0.0f; break;
-      case 2: x[i] = 0.75f; break;
-      case 3: x[i] = (i % 256 == 77) ? 50.0f : g(rng) * 0.01f; break;
-      case 4: x[i] = u(rng) * 3.0f + 0.5f; break;
-      case 5: x[i] = g(rng) * 1e-17f; break;
-      case 6: x[i] = g(rng) * std::exp(g(rng) * 3.0f); break;
-      default: x[i] = -u(rng) * 1e4f; break;
+      case 0:
+        x[i] = g(rng);
+        break;
+      case 1:
+        x[i] = 0.0f;
+        break;
+      case 2:
+        x[i] = 0.75f;
+        break;
+      case 3:
+        x[i] = (i % 256 == 77) ? 50.0f : g(rng) * 0.01f;
+        break;
+      case 4:
+        x[i] = u(rng) * 3.0f + 0.5f;
+        break;
+      case 5:
+        x[i] = g(rng) * 1e-17f;
+        break;
+      case 6:
+        x[i] = g(rng) * std::exp(g(rng) * 3.0f);
+        break;
+      default:
+        x[i] = -u(rng) * 1e4f;
+        break;
     }
   }
   return x;
@@ -405,8 +423,9 @@ TEST(QuantOracle, QuantizeMatchesGgmlReferenceBitForBit) {
       auto theirs = RunDriver("quantize", t.name, n, x.data(), n * sizeof(float), bytes);
       const size_t block = GetTypeTraits(t.type).type_size;
       for (size_t i = 0; i < bytes; ++i) {
-        ASSERT_EQ(ours[i], theirs[i]) << t.name << " seed " << seed << ": first difference in block "
-                                      << i / block << " byte " << i % block;
+        ASSERT_EQ(ours[i], theirs[i])
+            << t.name << " seed " << seed << ": first difference in block " << i / block << " byte "
+            << i % block;
       }
     }
   }
@@ -432,13 +451,34 @@ TEST(QuantOracle, DequantizeMatchesGgmlReferenceBitForBit) {
       std::byte* p = blocks.data() + off;
       auto fix16 = [&](size_t at) { p[at + 1] &= std::byte{0x3b}; };  // exponent < 31
       switch (t.type) {
-        case GgmlType::kQ2_K: fix16(80); fix16(82); break;
-        case GgmlType::kQ3_K: fix16(108); break;
-        case GgmlType::kQ6_K: fix16(208); break;
-        case GgmlType::kQ8_K: { const float d = 0.01f; std::memcpy(p, &d, 4); break; }
-        case GgmlType::kQ4_K: case GgmlType::kQ5_K: fix16(0); fix16(2); break;
-        case GgmlType::kQ4_1: case GgmlType::kQ5_1: fix16(0); fix16(2); break;
-        default: fix16(0); break;
+        case GgmlType::kQ2_K:
+          fix16(80);
+          fix16(82);
+          break;
+        case GgmlType::kQ3_K:
+          fix16(108);
+          break;
+        case GgmlType::kQ6_K:
+          fix16(208);
+          break;
+        case GgmlType::kQ8_K: {
+          const float d = 0.01f;
+          std::memcpy(p, &d, 4);
+          break;
+        }
+        case GgmlType::kQ4_K:
+        case GgmlType::kQ5_K:
+          fix16(0);
+          fix16(2);
+          break;
+        case GgmlType::kQ4_1:
+        case GgmlType::kQ5_1:
+          fix16(0);
+          fix16(2);
+          break;
+        default:
+          fix16(0);
+          break;
       }
     }
     std::vector<float> ours(n);

@@ -149,9 +149,9 @@ class Value {
   friend struct internal::ValueStorage;
   ValueType type_ = ValueType::kUint8;
   ValueType elem_type_ = ValueType::kUint8;
-  uint64_t bits_ = 0;             // scalar payload, little-endian in the low bytes
-  uint64_t count_ = 0;            // array element count
-  std::string_view str_;          // string value
+  uint64_t bits_ = 0;               // scalar payload, little-endian in the low bytes
+  uint64_t count_ = 0;              // array element count
+  std::string_view str_;            // string value
   std::span<const std::byte> raw_;  // packed payload of a fixed-size array
   std::shared_ptr<const internal::ValueStorage> storage_;  // strings/items, owned data
 };
@@ -299,8 +299,8 @@ class Writer {
   void CopyTensorData(int fd, uint64_t offset, uint64_t nbytes);
   /// Name of the tensor the next data bytes belong to ("" when all are complete).
   std::string_view current_tensor() const;
-  /// Bytes written to the file so far.
-  uint64_t bytes_written() const { return written_; }
+  /// Bytes written to the file so far (including bytes still in the writer's buffer).
+  uint64_t bytes_written() const { return written_ + buffer_.size(); }
 
   /// Checks every tensor is complete, flushes, fsyncs and closes. Throws on any failure.
   void Finish();
@@ -326,10 +326,10 @@ class Writer {
   uint64_t alignment_ = kDefaultAlignment;
   std::vector<std::pair<std::string, Value>> kvs_;
   std::vector<PlannedTensor> tensors_;
-  uint64_t data_size_ = 0;       // planned data section size (before final padding)
-  size_t current_ = 0;           // index of the tensor being written
-  uint64_t current_done_ = 0;    // bytes of it written
-  uint64_t written_ = 0;         // bytes handed to the kernel
+  uint64_t data_size_ = 0;     // planned data section size (before final padding)
+  size_t current_ = 0;         // index of the tensor being written
+  uint64_t current_done_ = 0;  // bytes of it written
+  uint64_t written_ = 0;       // bytes handed to the kernel
   std::vector<std::byte> buffer_;
 };
 
