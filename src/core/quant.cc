@@ -515,58 +515,96 @@ void QuantizeRowQ8_1(const float* x, BlockQ8_1* y, int64_t n) {
   }
 }
 
-void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t n) {
-  uint8_t L[kQK_K];
+namespace {
+
+// Shared part of the Q4_K and Q5_K quantizers: per sub-block of 32 a weighted (scale, min)
+// search with quants in [0, nmax], 6-bit scales/mins packed into `scales`, then every element
+// requantized against the decoded scales. Writes the 256 quants to L.
+void QuantizeScaleMinSuperBlock(const float* x, int nmax, float rmin, int nstep, uint8_t* packed,
+                                uint16_t* d_out, uint16_t* dmin_out, uint8_t* L) {
   uint8_t Laux[32];
   float weights[32];
   float mins[kQK_K / 32];
   float scales[kQK_K / 32];
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < kQK_K / 32; ++j) {
+    const float* xs = x + 32 * j;
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
+    const float av_x = std::sqrt(sum_x2 / 32);
+    for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
+    scales[j] =
+        MakeQkx2Quants(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  std::memset(packed, 0, kKScaleSize);
+  for (int j = 0; j < kQK_K / 32; ++j) {
+    // The reference stores nearest_int into a uint8_t before clamping to 63.
+    const uint8_t ls =
+        std::min<uint8_t>(63, static_cast<uint8_t>(NearestInt(inv_scale * scales[j])));
+    const uint8_t lm = std::min<uint8_t>(63, static_cast<uint8_t>(NearestInt(inv_min * mins[j])));
+    if (j < 4) {
+      packed[j] = ls;
+      packed[j + 4] = lm;
+    } else {
+      packed[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+      packed[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+      packed[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+    }
+  }
+  *d_out = F2H(max_scale / 63.0f);
+  *dmin_out = F2H(max_min / 63.0f);
+  // Requantize against the scales as they will be decoded (fp16 d times 6-bit sc).
+  for (int j = 0; j < kQK_K / 32; ++j) {
+    uint8_t sc, m;
+    ScaleMinK4(j, packed, &sc, &m);
+    const float d = H2F(*d_out) * sc;
+    if (d == 0.0f) continue;
+    const float dm = H2F(*dmin_out) * m;
+    for (int l = 0; l < 32; ++l) {
+      const int q = NearestInt((x[32 * j + l] + dm) / d);
+      L[32 * j + l] = static_cast<uint8_t>(std::max(0, std::min(nmax, q)));
+    }
+  }
+}
+
+}  // namespace
+
+void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t n) {
+  uint8_t L[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < kQK_K / 32; ++j) {
-      const float* xs = x + 32 * j;
-      float sum_x2 = 0;
-      for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
-      const float av_x = std::sqrt(sum_x2 / 32);
-      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-      scales[j] = MakeQkx2Quants(32, 15, xs, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20);
-      max_scale = std::max(max_scale, scales[j]);
-      max_min = std::max(max_min, mins[j]);
-    }
-    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
-    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
-    std::memset(y[i].scales, 0, sizeof(y[i].scales));
-    for (int j = 0; j < kQK_K / 32; ++j) {
-      // The reference stores nearest_int into a uint8_t before clamping to 63.
-      const uint8_t ls =
-          std::min<uint8_t>(63, static_cast<uint8_t>(NearestInt(inv_scale * scales[j])));
-      const uint8_t lm = std::min<uint8_t>(63, static_cast<uint8_t>(NearestInt(inv_min * mins[j])));
-      if (j < 4) {
-        y[i].scales[j] = ls;
-        y[i].scales[j + 4] = lm;
-      } else {
-        y[i].scales[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
-        y[i].scales[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
-        y[i].scales[j] |= static_cast<uint8_t>((lm >> 4) << 6);
-      }
-    }
-    y[i].d = F2H(max_scale / 63.0f);
-    y[i].dmin = F2H(max_min / 63.0f);
-    // Requantize against the scales as they will be decoded (fp16 d times 6-bit sc).
-    for (int j = 0; j < kQK_K / 32; ++j) {
-      uint8_t sc, m;
-      ScaleMinK4(j, y[i].scales, &sc, &m);
-      const float d = H2F(y[i].d) * sc;
-      if (d == 0.0f) continue;
-      const float dm = H2F(y[i].dmin) * m;
-      for (int l = 0; l < 32; ++l) {
-        const int q = NearestInt((x[32 * j + l] + dm) / d);
-        L[32 * j + l] = static_cast<uint8_t>(std::max(0, std::min(15, q)));
-      }
-    }
+    QuantizeScaleMinSuperBlock(x, 15, -1.0f, 20, y[i].scales, &y[i].d, &y[i].dmin, L);
     uint8_t* q = y[i].qs;
     for (int j = 0; j < kQK_K; j += 64, q += 32) {
       for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+    }
+  }
+}
+
+void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t n) {
+  uint8_t L[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
+    QuantizeScaleMinSuperBlock(x, 31, -0.5f, 15, y[i].scales, &y[i].d, &y[i].dmin, L);
+    // Low 4 bits as in Q4_K; the 5th bit of chunk c (64 elements) goes to bits 2c and 2c+1.
+    std::memset(y[i].qh, 0, sizeof(y[i].qh));
+    uint8_t* ql = y[i].qs;
+    uint8_t m1 = 1, m2 = 2;
+    for (int j = 0; j < kQK_K; j += 64, ql += 32, m1 <<= 2, m2 <<= 2) {
+      for (int l = 0; l < 32; ++l) {
+        int l1 = L[j + l], l2 = L[j + l + 32];
+        if (l1 > 15) {
+          l1 -= 16;
+          y[i].qh[l] |= m1;
+        }
+        if (l2 > 15) {
+          l2 -= 16;
+          y[i].qh[l] |= m2;
+        }
+        ql[l] = static_cast<uint8_t>(l1 | (l2 << 4));
+      }
     }
   }
 }
@@ -670,6 +708,7 @@ bool CanQuantize(GgmlType type) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ8_1:
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
     case GgmlType::kQ8_K:
       return true;
@@ -758,6 +797,8 @@ void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
       return QuantizeBlocks<BlockQ8_1>(src, dst, n, kQK8_1, QuantizeRowQ8_1);
     case GgmlType::kQ4_K:
       return QuantizeBlocks<BlockQ4_K>(src, dst, n, kQK_K, QuantizeRowQ4_K);
+    case GgmlType::kQ5_K:
+      return QuantizeBlocks<BlockQ5_K>(src, dst, n, kQK_K, QuantizeRowQ5_K);
     case GgmlType::kQ6_K:
       return QuantizeBlocks<BlockQ6_K>(src, dst, n, kQK_K, QuantizeRowQ6_K);
     case GgmlType::kQ8_K:
@@ -765,7 +806,7 @@ void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
     default:
       Fail(
           "QuantizeRow: no reference quantizer for {} (supported: F32, F16, BF16, Q4_0, Q4_1, "
-          "Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q6_K, Q8_K)",
+          "Q5_0, Q5_1, Q8_0, Q8_1, Q4_K, Q5_K, Q6_K, Q8_K)",
           TypeName(type));
   }
 }

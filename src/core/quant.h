@@ -13,7 +13,7 @@ namespace crossword {
 /// True if DequantizeRow supports `type` (every float and block type; not I8..I64).
 bool CanDequantize(GgmlType type);
 /// True if QuantizeRow supports `type`: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
-/// Q4_K, Q6_K, Q8_K.
+/// Q4_K, Q5_K, Q6_K, Q8_K.
 bool CanQuantize(GgmlType type);
 
 /// Converts `n` elements of `type` at `src` (packed blocks, any alignment) to floats in `dst`.
@@ -59,6 +59,9 @@ void QuantizeRowQ8_1(const float* x, BlockQ8_1* y, int64_t n);
 /// Q4_K: per sub-block of 32 a weighted min/scale search (ggml make_qkx2_quants, weights
 /// rms + |x|, 20 steps), 6-bit scales and mins relative to fp16 d and dmin.
 void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, int64_t n);
+/// Q5_K: as Q4_K with quants in [0, 31] (make_qkx2_quants rmin -0.5, 15 steps) and a 5th bit
+/// per element in qh.
+void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, int64_t n);
 /// Q6_K: per sub-block of 16 an RMSE-weighted scale search (ggml make_qx_quants, rmse_type 1),
 /// int8 scales relative to fp16 d, 6-bit quants.
 void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, int64_t n);

@@ -274,8 +274,8 @@ TEST(Quant, RoundTripErrorBounds) {
   const RoundTripCase cases[] = {
       {GgmlType::kF16, 1e-3},  {GgmlType::kBF16, 5e-3}, {GgmlType::kQ8_0, 0.01},
       {GgmlType::kQ8_1, 0.01}, {GgmlType::kQ8_K, 0.01}, {GgmlType::kQ6_K, 0.04},
-      {GgmlType::kQ5_0, 0.07}, {GgmlType::kQ5_1, 0.07}, {GgmlType::kQ4_K, 0.12},
-      {GgmlType::kQ4_0, 0.15}, {GgmlType::kQ4_1, 0.15},
+      {GgmlType::kQ5_0, 0.07}, {GgmlType::kQ5_1, 0.07}, {GgmlType::kQ5_K, 0.07},
+      {GgmlType::kQ4_K, 0.12}, {GgmlType::kQ4_0, 0.15}, {GgmlType::kQ4_1, 0.15},
   };
   const int64_t n = 4096;
   for (const auto& c : cases) {
@@ -324,6 +324,7 @@ TEST(Quant, BadArgumentsThrow) {
   EXPECT_THROW(DequantizeRow(GgmlType::kI32, out, x, 4), Error);
   EXPECT_THROW(DequantizeRow(GgmlType::kQ4_K, out, x, 64), Error);
   EXPECT_FALSE(CanQuantize(GgmlType::kQ3_K));
+  EXPECT_TRUE(CanQuantize(GgmlType::kQ5_K));
   EXPECT_TRUE(CanDequantize(GgmlType::kQ3_K));
 }
 
@@ -411,7 +412,8 @@ TEST(QuantOracle, QuantizeMatchesGgmlReferenceBitForBit) {
   const OracleType types[] = {
       {GgmlType::kQ4_0, "q4_0"}, {GgmlType::kQ4_1, "q4_1"}, {GgmlType::kQ5_0, "q5_0"},
       {GgmlType::kQ5_1, "q5_1"}, {GgmlType::kQ8_0, "q8_0"}, {GgmlType::kQ8_1, "q8_1"},
-      {GgmlType::kQ4_K, "q4_K"}, {GgmlType::kQ6_K, "q6_K"}, {GgmlType::kQ8_K, "q8_K"},
+      {GgmlType::kQ4_K, "q4_K"}, {GgmlType::kQ5_K, "q5_K"}, {GgmlType::kQ6_K, "q6_K"},
+      {GgmlType::kQ8_K, "q8_K"},
   };
   const int64_t n = 256 * 64;
   for (uint32_t seed : {1u, 2u}) {

@@ -44,7 +44,7 @@ static const struct entry kEntries[] = {
     Q(q4_0, QK4_0, block_q4_0), Q(q4_1, QK4_1, block_q4_1), Q(q5_0, QK5_0, block_q5_0),
     Q(q5_1, QK5_1, block_q5_1), Q(q8_0, QK8_0, block_q8_0), Q(q4_K, QK_K, block_q4_K),
     Q(q6_K, QK_K, block_q6_K),  Q(q8_K, QK_K, block_q8_K),  D(q2_K, QK_K, block_q2_K),
-    D(q3_K, QK_K, block_q3_K),  D(q5_K, QK_K, block_q5_K),
+    D(q3_K, QK_K, block_q3_K),  Q(q5_K, QK_K, block_q5_K),
     {"q8_1", QK8_1, sizeof(block_q8_1), (quant_fn)quantize_row_q8_1_ref, NULL},
 };
 
