@@ -1,18 +1,23 @@
 // PrepareActivations: converts activation rows to the format a weight type's dot product
 // consumes (f16, bf16, Q8_0 with block sums, Q8_K), vectorized per Highway target.
+// clang-format off
+#include "kernels/hwy_config.h"  // must precede every Highway header
+// clang-format on
+
 #include <cmath>
 #include <cstring>
 
 #include "base/error.h"
 #include "base/fp16.h"
-#include "kernels/hwy_config.h"  // must precede Highway headers
 #include "kernels/kernels.h"
 #include "kernels/ref.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/act_quant.cc"
+// clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace crossword::kernels::HWY_NAMESPACE {

@@ -1,21 +1,26 @@
 // MatMul: products of GGUF weight matrices with prepared activation rows, one parallel region
 // for a batch of jobs. Portable Highway code for every target; the AVX3_DL target hands the
 // integer and BF16 types to the VNNI / vdpbf16ps tiles in vnni_kernels.cc.
+// clang-format off
+#include "kernels/hwy_config.h"  // must precede every Highway header
+// clang-format on
+
 #include <algorithm>
 #include <cstring>
 
 #include "base/error.h"
 #include "base/fp16.h"
 #include "core/quant_blocks.h"
-#include "kernels/hwy_config.h"  // must precede Highway headers
 #include "kernels/kernels.h"
 #include "kernels/ref.h"
 #include "kernels/vnni_kernels.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matmul.cc"
+// clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace crossword::kernels::HWY_NAMESPACE {

@@ -334,14 +334,14 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
   const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
 }
 
 void L2Norm(float* x, int64_t n, float eps) {
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
   const float scale = 1.0f / std::max(std::sqrt(static_cast<float>(sum)), eps);
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }

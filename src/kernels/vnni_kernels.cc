@@ -29,8 +29,9 @@
 namespace crossword::kernels::vnni {
 namespace {
 
-constexpr int kOTile = 16;        // weight rows per repacked tile (one zmm of int32 outputs)
-constexpr int kChunkBlocks = 64;  // 2048 columns per repacked chunk: 32 KiB + 4 KiB, fits L1
+constexpr int kOTile = 16;             // weight rows per repacked tile (one zmm of int32 outputs)
+constexpr int kChunkBlocks = 64;       // 2048 columns per repacked chunk: 32 KiB + 4 KiB, fits L1
+constexpr int64_t kMaxDirectRows = 3;  // up to this many rows skip the repacking
 
 // One repacked tile: q[b][g] holds bytes 4g..4g+3 of block b for each of the 16 rows (lane i =
 // row i) as u8 = w + 128; d[b] holds the 16 rows' block scales.
@@ -166,9 +167,145 @@ CW_VNNI void Q8Rows(const Packed* p, int nb, int64_t b0, const JobRows& rows, in
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
 }
 
+// ---- Few activation rows (decode): stream each weight row once, no repacking.
+
+// Horizontal sums of 8 dpbusd results: v_i lanes 0-7 belong to block 2i, lanes 8-15 to block
+// 2i+1. Combine1 pairs vectors, Combine2 finishes each 128-bit lane, Combine3 adds lane pairs.
+CW_VNNI inline __m512i Combine1(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+CW_VNNI inline __m512i Combine2(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+// Returns the 16 block sums in natural order.
+CW_VNNI inline __m512i Combine3(__m512i w0123, __m512i w4567) {
+  const __m512i x = _mm512_shuffle_i32x4(w0123, w4567, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i y = _mm512_shuffle_i32x4(w0123, w4567, _MM_SHUFFLE(3, 1, 3, 1));
+  // x + y holds blocks [0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13 15].
+  const __m512i order = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
+  return _mm512_permutexvar_epi32(order, _mm512_add_epi32(x, y));
+}
+
+// The 64 u8 weights of blocks b, b+1 (Q8_0: w + 128; Q4_0: the nibbles q, i.e. w + 8).
+template <bool kQ8>
+CW_VNNI inline __m512i PairWeights(const uint8_t* blk) {
+  if constexpr (kQ8) {
+    const uint8_t* qs = blk + 2;
+    // Bytes 32..63 of a load at qs + 2 are the quants of the next block (34 bytes later).
+    const __m512i v = _mm512_mask_loadu_epi8(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs))),
+        0xFFFFFFFF00000000ull, qs + 2);
+    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+  } else {
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 18));
+    // [q0 q0 q1 q1], then the high nibbles in 128-bit lanes 1 and 3.
+    const __m512i t =
+        _mm512_inserti32x8(_mm512_broadcast_i32x4(q0), _mm256_broadcastsi128_si256(q1), 1);
+    const __m512i s = _mm512_mask_srli_epi16(t, 0xFF00FF00u, t, 4);
+    return _mm512_and_si512(s, _mm512_set1_epi8(0x0F));
+  }
+}
+
+template <int R, bool kQ8>
+CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t o0,
+                          int64_t o1) {
+  constexpr int64_t kBs = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  const int64_t nb = w.n_in / 32;
+  const Activations& x = *rows.x;
+  RowPtrs rp[R];
+  const int8_t* xq[R];
+  const float* xd[R];
+  const int32_t* xs[R];
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    rp[r] = RowAt(rows, i0 + r);
+    xq[r] = reinterpret_cast<const int8_t*>(rp[r].x);
+    xd[r] = reinterpret_cast<const float*>(rp[r].x + x.scale_offset());
+    xs[r] = reinterpret_cast<const int32_t*>(rp[r].x + x.sums_offset());
+  }
+  const __m512i gidx =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(static_cast<int32_t>(kBs)));
+  for (int64_t o = o0; o < o1; ++o) {
+    const uint8_t* wrow = static_cast<const uint8_t*>(w.data) + o * w.row_bytes;
+    __m512 acc[R];
+    CW_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16) {
+      const uint8_t* blk = wrow + b * kBs;
+      __m512i u[R][4];
+      CW_UNROLL for (int j = 0; j < 4; ++j) {
+        const __m512i wa = PairWeights<kQ8>(blk + (4 * j) * kBs);
+        const __m512i wb = PairWeights<kQ8>(blk + (4 * j + 2) * kBs);
+        CW_UNROLL for (int r = 0; r < R; ++r) {
+          const int8_t* xp = xq[r] + (b + 4 * j) * 32;
+          const __m512i pa =
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_loadu_si512(xp));
+          const __m512i pb =
+              _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(xp + 64));
+          u[r][j] = Combine1(pa, pb);
+        }
+      }
+      const __m512 dw =
+          _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(gidx, blk, 1)));
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        __m512i sums = Combine3(Combine2(u[r][0], u[r][1]), Combine2(u[r][2], u[r][3]));
+        const __m512i corr = _mm512_loadu_si512(xs[r] + b);  // -128 * sum(x) per block
+        sums = _mm512_add_epi32(sums, kQ8 ? corr : _mm512_srai_epi32(corr, 4));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
+                                 _mm512_mul_ps(dw, _mm512_loadu_ps(xd[r] + b)), acc[r]);
+      }
+    }
+    float tail[R] = {};
+    for (; b < nb; ++b) {  // n_in not a multiple of 512: one block at a time
+      const uint8_t* blk = wrow + b * kBs;
+      uint16_t dh;
+      std::memcpy(&dh, blk, 2);
+      const float dwb = _cvtsh_ss(dh);
+      __m256i wv;
+      if constexpr (kQ8) {
+        wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
+                              _mm256_set1_epi8(static_cast<char>(0x80)));
+      } else {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+        const __m256i t =
+            _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+        wv = _mm256_and_si256(t, _mm256_set1_epi8(0x0F));
+      }
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        const __m256i p = _mm256_dpbusd_epi32(
+            _mm256_setzero_si256(), wv,
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + b * 32)));
+        const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+        const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+        int32_t isum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 1)));
+        isum += kQ8 ? xs[r][b] : (xs[r][b] >> 4);
+        tail[r] += dwb * xd[r][b] * static_cast<float>(isum);
+      }
+    }
+    CW_UNROLL for (int r = 0; r < R; ++r) rp[r].y[o] = _mm512_reduce_add_ps(acc[r]) + tail[r];
+  }
+}
+
+template <bool kQ8>
+CW_VNNI void DirectQ8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
+  switch (rows.n_rows) {
+    case 3:
+      return DirectQ8Rows<3, kQ8>(w, rows, 0, o0, o1);
+    case 2:
+      return DirectQ8Rows<2, kQ8>(w, rows, 0, o0, o1);
+    default:
+      for (int64_t i = 0; i < rows.n_rows; ++i) DirectQ8Rows<1, kQ8>(w, rows, i, o0, o1);
+  }
+}
+
 }  // namespace
 
 CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
+  if (rows.n_rows <= kMaxDirectRows) {
+    return w.type == GgmlType::kQ8_0 ? DirectQ8Tile<true>(w, rows, o0, o1)
+                                     : DirectQ8Tile<false>(w, rows, o0, o1);
+  }
   alignas(64) Packed p;
   const int64_t nblocks = w.n_in / 32;
   const auto* base = static_cast<const uint8_t*>(w.data);

@@ -1,0 +1,364 @@
+// Row operations (RmsNorm, L2Norm, Softmax, RoPE, elementwise activations, routing) and the
+// causal conv1d, vectorized per Highway target. Formulas follow ggml's CPU ops (see kernels.h).
+// clang-format off
+#include "kernels/hwy_config.h"  // must precede every Highway header
+// clang-format on
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+#include "kernels/ref.h"
+
+#ifndef CROSSWORD_KERNELS_OPS_ENUMS
+#define CROSSWORD_KERNELS_OPS_ENUMS
+namespace crossword::kernels::detail {
+// Shared by all targets: the exported functions must have one signature.
+enum class Unary { kSigmoid, kSilu, kSoftplus };
+enum class Binary { kSiluMul, kAdd, kMul, kAxpy, kScale };
+}  // namespace crossword::kernels::detail
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/ops.cc"
+// clang-format off
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"  // after highway.h
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace crossword::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using detail::Binary;
+using detail::Unary;
+
+// sum of x[i]^2 with float products accumulated in double (ggml_float), as ggml's norms do.
+double SumSquaresF64(const float* HWY_RESTRICT x, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfh;  // as many floats as doubles
+  const int64_t N = hn::Lanes(dd);
+  auto a0 = hn::Zero(dd), a1 = hn::Zero(dd);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const auto x0 = hn::LoadU(dfh, x + i), x1 = hn::LoadU(dfh, x + i + N);
+    a0 = hn::Add(a0, hn::PromoteTo(dd, hn::Mul(x0, x0)));
+    a1 = hn::Add(a1, hn::PromoteTo(dd, hn::Mul(x1, x1)));
+  }
+  double s = hn::GetLane(hn::SumOfLanes(dd, hn::Add(a0, a1)));
+  for (; i < n; ++i) s += static_cast<double>(x[i] * x[i]);
+  return s;
+}
+
+// y[i] = x[i] * s * (w ? w[i] : 1).
+void ScaleMulRow(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w, float s, float* y,
+                 int64_t n) {
+  const DF d;
+  const int64_t N = hn::Lanes(d);
+  const VF vs = hn::Set(d, s);
+  int64_t i = 0;
+  if (w) {
+    for (; i + N <= n; i += N) {
+      hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + i), vs), hn::LoadU(d, w + i)), d, y + i);
+    }
+    for (; i < n; ++i) y[i] = x[i] * s * w[i];
+  } else {
+    for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + i), vs), d, y + i);
+    for (; i < n; ++i) y[i] = x[i] * s;
+  }
+}
+
+void RmsNormImpl(const float* x, const float* w, float* y, int64_t n, float eps) {
+  const float mean = static_cast<float>(SumSquaresF64(x, n) / static_cast<double>(n));
+  ScaleMulRow(x, w, 1.0f / std::sqrt(mean + eps), y, n);
+}
+
+void L2NormImpl(float* x, int64_t n, float eps) {
+  const float norm = std::sqrt(static_cast<float>(SumSquaresF64(x, n)));
+  ScaleMulRow(x, nullptr, 1.0f / std::max(norm, eps), x, n);
+}
+
+void SoftmaxImpl(float* x, int64_t n) {
+  const DF d;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfh;
+  const int64_t N = hn::Lanes(d), NH = hn::Lanes(dd);
+  float max = -INFINITY;
+  int64_t i = 0;
+  if (n >= N) {
+    auto vmax = hn::Set(d, -INFINITY);
+    for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
+    max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  }
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  const VF vmax = hn::Set(d, max);
+  auto sum = hn::Zero(dd);
+  i = 0;
+  for (; i + N <= n; i += N) {
+    const VF e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax));
+    hn::StoreU(e, d, x + i);
+    for (int64_t j = 0; j < N; j += NH)
+      sum = hn::Add(sum, hn::PromoteTo(dd, hn::LoadU(dfh, x + i + j)));
+  }
+  double s = hn::GetLane(hn::SumOfLanes(dd, sum));
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    s += x[i];
+  }
+  ScaleMulRow(x, nullptr, static_cast<float>(1.0 / s), x, n);
+}
+
+void RopeNeoxImpl(float* x, int64_t n_head, int64_t head_stride, int n_rot, int64_t pos,
+                  float freq_base) {
+  const int half = n_rot / 2;
+  // cos/sin once per call (shared by all heads), in float exactly as ggml's rope cache.
+  alignas(64) float c[256], s[256];
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  float theta = static_cast<float>(pos);
+  for (int i = 0; i < half; ++i) {
+    c[i] = std::cos(theta);
+    s[i] = std::sin(theta);
+    theta *= theta_scale;
+  }
+  const DF d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  for (int64_t h = 0; h < n_head; ++h) {
+    float* x0 = x + h * head_stride;
+    float* x1 = x0 + half;
+    int i = 0;
+    for (; i + N <= half; i += N) {
+      const VF a = hn::LoadU(d, x0 + i), b = hn::LoadU(d, x1 + i);
+      const VF vc = hn::Load(d, c + i), vs = hn::Load(d, s + i);
+      hn::StoreU(hn::Sub(hn::Mul(a, vc), hn::Mul(b, vs)), d, x0 + i);
+      hn::StoreU(hn::Add(hn::Mul(a, vs), hn::Mul(b, vc)), d, x1 + i);
+    }
+    for (; i < half; ++i) {
+      const float a = x0[i], b = x1[i];
+      x0[i] = a * c[i] - b * s[i];
+      x1[i] = a * s[i] + b * c[i];
+    }
+  }
+}
+
+// exp(-x) with the argument clamped where Highway's Exp is valid (< 104); e^100 is +inf in
+// float, so silu/sigmoid saturate to 0 exactly as with std::exp.
+HWY_INLINE VF ExpNeg(DF d, VF x) { return hn::Exp(d, hn::Min(hn::Neg(x), hn::Set(d, 100.0f))); }
+HWY_INLINE VF SigmoidV(DF d, VF x) {
+  return hn::Div(hn::Set(d, 1.0f), hn::Add(hn::Set(d, 1.0f), ExpNeg(d, x)));
+}
+HWY_INLINE VF SiluV(DF d, VF x) { return hn::Div(x, hn::Add(hn::Set(d, 1.0f), ExpNeg(d, x))); }
+
+void UnaryImpl(Unary op, const float* x, float* y, int64_t n) {
+  const DF d;
+  const int64_t N = hn::Lanes(d);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const VF v = hn::LoadU(d, x + i);
+    VF r;
+    switch (op) {
+      case Unary::kSigmoid:
+        r = SigmoidV(d, v);
+        break;
+      case Unary::kSilu:
+        r = SiluV(d, v);
+        break;
+      default: {
+        const VF sp = hn::Log1p(d, hn::Exp(d, hn::Min(v, hn::Set(d, 20.0f))));
+        r = hn::IfThenElse(hn::Gt(v, hn::Set(d, 20.0f)), v, sp);
+      }
+    }
+    hn::StoreU(r, d, y + i);
+  }
+  for (; i < n; ++i) {
+    const float v = x[i];
+    switch (op) {
+      case Unary::kSigmoid:
+        y[i] = 1.0f / (1.0f + std::exp(-v));
+        break;
+      case Unary::kSilu:
+        y[i] = v / (1.0f + std::exp(-v));
+        break;
+      default:
+        y[i] = v > 20.0f ? v : std::log1p(std::exp(v));
+    }
+  }
+}
+
+// kAxpy: y += s * a; kScale: y = s * a (b unused).
+void BinaryImpl(Binary op, const float* a, const float* b, float s, float* y, int64_t n) {
+  const DF d;
+  const int64_t N = hn::Lanes(d);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const VF va = hn::LoadU(d, a + i);
+    VF r;
+    switch (op) {
+      case Binary::kSiluMul:
+        r = hn::Mul(SiluV(d, va), hn::LoadU(d, b + i));
+        break;
+      case Binary::kAdd:
+        r = hn::Add(va, hn::LoadU(d, b + i));
+        break;
+      case Binary::kMul:
+        r = hn::Mul(va, hn::LoadU(d, b + i));
+        break;
+      case Binary::kScale:
+        r = hn::Mul(va, hn::Set(d, s));
+        break;
+      default:
+        r = hn::MulAdd(hn::Set(d, s), va, hn::LoadU(d, y + i));
+    }
+    hn::StoreU(r, d, y + i);
+  }
+  for (; i < n; ++i) {
+    switch (op) {
+      case Binary::kSiluMul:
+        y[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+        break;
+      case Binary::kAdd:
+        y[i] = a[i] + b[i];
+        break;
+      case Binary::kMul:
+        y[i] = a[i] * b[i];
+        break;
+      case Binary::kScale:
+        y[i] = a[i] * s;
+        break;
+      default:
+        y[i] += s * a[i];
+    }
+  }
+}
+
+// Channels [c0, c1) of the causal conv1d: X rows come from the state (r < K-1) or x.
+void Conv1dChannels(const Conv1dArgs& a, int64_t c0, int64_t c1) {
+  const DF d;
+  const int64_t N = hn::Lanes(d);
+  const int K = a.K;
+  constexpr int64_t kBlock = 64;  // channels per pass: the transposed weights live on the stack
+  alignas(64) float wt[16][kBlock];
+  alignas(64) float keep[15][kBlock];
+  for (int64_t cb = c0; cb < c1; cb += kBlock) {
+    const int64_t nc = std::min(kBlock, c1 - cb);
+    for (int j = 0; j < K; ++j) {
+      for (int64_t c = 0; c < nc; ++c) wt[j][c] = a.w[(cb + c) * K + j];
+    }
+    auto xrow = [&](int64_t r) -> const float* {
+      return r < K - 1 ? a.state + r * a.C + cb : a.x + (r - (K - 1)) * a.ldx + cb;
+    };
+    if (a.update_state) {  // the last K-1 rows of X, read before the outputs are written
+      for (int r = 0; r < K - 1; ++r) std::copy(xrow(a.T + r), xrow(a.T + r) + nc, keep[r]);
+    }
+    for (int64_t t = 0; t < a.T; ++t) {
+      float* y = a.y + t * a.ldy + cb;
+      int64_t c = 0;
+      for (; c + N <= nc; c += N) {
+        VF acc = hn::Zero(d);
+        for (int j = 0; j < K; ++j)
+          acc = hn::MulAdd(hn::LoadU(d, xrow(t + j) + c), hn::Load(d, wt[j] + c), acc);
+        hn::StoreU(SiluV(d, acc), d, y + c);
+      }
+      for (; c < nc; ++c) {
+        float acc = 0.0f;
+        for (int j = 0; j < K; ++j) acc += xrow(t + j)[c] * wt[j][c];
+        y[c] = acc / (1.0f + std::exp(-acc));
+      }
+    }
+    if (a.update_state) {
+      for (int r = 0; r < K - 1; ++r) std::copy(keep[r], keep[r] + nc, a.state + r * a.C + cb);
+    }
+  }
+}
+
+}  // namespace crossword::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace crossword::kernels {
+HWY_EXPORT(RmsNormImpl);
+HWY_EXPORT(L2NormImpl);
+HWY_EXPORT(SoftmaxImpl);
+HWY_EXPORT(RopeNeoxImpl);
+HWY_EXPORT(UnaryImpl);
+HWY_EXPORT(BinaryImpl);
+HWY_EXPORT(Conv1dChannels);
+
+using detail::Binary;
+using detail::Unary;
+
+void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, w, y, n, eps);
+}
+void L2Norm(float* x, int64_t n, float eps) { HWY_DYNAMIC_DISPATCH(L2NormImpl)(x, n, eps); }
+void Softmax(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(SoftmaxImpl)(x, n); }
+
+void RopeNeox(float* x, int64_t n_head, int64_t head_dim, int64_t head_stride, int n_rot,
+              int64_t pos, float freq_base) {
+  Check(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim && n_rot <= 512,
+        "RopeNeox: n_rot {} must be even, positive, <= head_dim {} and <= 512", n_rot, head_dim);
+  HWY_DYNAMIC_DISPATCH(RopeNeoxImpl)(x, n_head, head_stride, n_rot, pos, freq_base);
+}
+
+void SiluMul(const float* gate, const float* up, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryImpl)(Binary::kSiluMul, gate, up, 0.0f, y, n);
+}
+void Add(const float* a, const float* b, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryImpl)(Binary::kAdd, a, b, 0.0f, y, n);
+}
+void AddScaled(const float* x, float s, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryImpl)(Binary::kAxpy, x, nullptr, s, y, n);
+}
+void Mul(const float* a, const float* b, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryImpl)(Binary::kMul, a, b, 0.0f, y, n);
+}
+void Scale(float* x, float s, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(BinaryImpl)(Binary::kScale, x, nullptr, s, x, n);
+}
+void Sigmoid(const float* x, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(UnaryImpl)(Unary::kSigmoid, x, y, n);
+}
+void Silu(const float* x, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(UnaryImpl)(Unary::kSilu, x, y, n);
+}
+void Softplus(const float* x, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(UnaryImpl)(Unary::kSoftplus, x, y, n);
+}
+
+void TopKSoftmax(const float* logits, int n_expert, int k, int32_t* ids, float* weights) {
+  Check(n_expert >= 1 && n_expert <= 1024 && k >= 1 && k <= n_expert,
+        "TopKSoftmax: need 1 <= k ({}) <= n_expert ({}) <= 1024", k, n_expert);
+  float p[1024];
+  std::copy(logits, logits + n_expert, p);
+  Softmax(p, n_expert);
+  // k passes of argmax (k is 8 for Clover): strict > keeps the lower id on ties.
+  bool taken[1024] = {};
+  float sum = 0.0f;
+  for (int i = 0; i < k; ++i) {
+    int best = -1;
+    for (int e = 0; e < n_expert; ++e) {
+      if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
+    }
+    taken[best] = true;
+    ids[i] = best;
+    weights[i] = p[best];
+    sum += p[best];
+  }
+  const float denom = std::max(sum, 6.103515625e-5f);
+  for (int i = 0; i < k; ++i) weights[i] /= denom;
+}
+
+void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool& pool) {
+  ref::CheckConv1dArgs(args);
+  constexpr int64_t kPerTask = 512;
+  const int64_t n_tasks = (args.C + kPerTask - 1) / kPerTask;
+  pool.ParallelFor(n_tasks, [&](int64_t task, int) {
+    const int64_t c0 = task * kPerTask;
+    HWY_DYNAMIC_DISPATCH(Conv1dChannels)(args, c0, std::min(args.C, c0 + kPerTask));
+  });
+}
+
+}  // namespace crossword::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,193 @@
+// Row ops, routing and causal conv1d on every compiled+supported Highway target against the
+// scalar twins; tolerances are a few float ulps (Highway's Exp/Log1p are within 1-4 ulp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+#include "kernels/ref.h"
+
+namespace crossword::kernels {
+namespace {
+
+constexpr float kUlp = 1.0f / (1 << 23);
+
+struct TargetGuard {
+  ~TargetGuard() { ForceTargetForTest(0); }
+};
+
+std::vector<float> Random(int64_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, float rel,
+                 float abs, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * std::fabs(want[i]) + abs) << what << " at " << i;
+  }
+}
+
+TEST(Ops, NormsSoftmaxRopeMatchTwinsOnEveryTarget) {
+  TargetGuard guard;
+  for (int64_t target : AvailableTargets()) {
+    ForceTargetForTest(target);
+    SCOPED_TRACE(TargetName(target));
+    for (int64_t n : {1, 7, 64, 2051}) {
+      const auto x = Random(n, -3.0f, 3.0f, 1);
+      const auto w = Random(n, 0.5f, 1.5f, 2);
+      std::vector<float> got(n), want(n);
+      RmsNorm(x.data(), w.data(), got.data(), n, 1e-6f);
+      ref::RmsNorm(x.data(), w.data(), want.data(), n, 1e-6f);
+      ExpectClose(got, want, 4 * kUlp, 0.0f, "RmsNorm");
+      got = x;  // in place, no weight
+      RmsNorm(got.data(), nullptr, got.data(), n, 1e-6f);
+      ref::RmsNorm(x.data(), nullptr, want.data(), n, 1e-6f);
+      ExpectClose(got, want, 4 * kUlp, 0.0f, "RmsNorm in place");
+      got = x;
+      want = x;
+      L2Norm(got.data(), n, 1e-6f);
+      ref::L2Norm(want.data(), n, 1e-6f);
+      ExpectClose(got, want, 4 * kUlp, 0.0f, "L2Norm");
+      got = x;
+      want = x;
+      got[0] = want[0] = 80.0f;  // a large logit: the max must be subtracted first
+      Softmax(got.data(), n);
+      ref::Softmax(want.data(), n);
+      ExpectClose(got, want, 8 * kUlp, 1e-30f, "Softmax");
+    }
+    // Rope: 3 heads of 256 with stride 300, 64 rotated dims, a long-context position.
+    const auto x = Random(3 * 300, -2.0f, 2.0f, 3);
+    for (int64_t pos : {0, 1, 17, 131071}) {
+      std::vector<float> got = x, want = x;
+      RopeNeox(got.data(), 3, 256, 300, 64, pos, 1e7f);
+      ref::RopeNeox(want.data(), 3, 256, 300, 64, pos, 1e7f);
+      ExpectClose(got, want, 4 * kUlp, 4 * kUlp, "RopeNeox");
+      for (int h = 0; h < 3; ++h) {  // dims >= n_rot and the gap between heads are untouched
+        for (int i = 64; i < 300; ++i) ASSERT_EQ(got[h * 300 + i], x[h * 300 + i]);
+      }
+    }
+  }
+}
+
+TEST(Ops, ElementwiseMatchTwinsOnEveryTarget) {
+  TargetGuard guard;
+  const int64_t n = 1000;
+  auto x = Random(n, -30.0f, 30.0f, 4);
+  x[0] = -120.0f;  // exp(-x) overflows in the naive formula
+  x[1] = 20.0f;    // softplus threshold
+  x[2] = 20.001f;
+  x[3] = 0.0f;
+  const auto b = Random(n, -2.0f, 2.0f, 5);
+  for (int64_t target : AvailableTargets()) {
+    ForceTargetForTest(target);
+    SCOPED_TRACE(TargetName(target));
+    std::vector<float> got(n), want(n);
+    Sigmoid(x.data(), got.data(), n);
+    ref::Sigmoid(x.data(), want.data(), n);
+    ExpectClose(got, want, 4 * kUlp, 1e-37f, "Sigmoid");
+    Silu(x.data(), got.data(), n);
+    ref::Silu(x.data(), want.data(), n);
+    ExpectClose(got, want, 4 * kUlp, 1e-37f, "Silu");
+    Softplus(x.data(), got.data(), n);
+    ref::Softplus(x.data(), want.data(), n);
+    ExpectClose(got, want, 8 * kUlp, 1e-37f, "Softplus");
+    SiluMul(x.data(), b.data(), got.data(), n);
+    ref::SiluMul(x.data(), b.data(), want.data(), n);
+    ExpectClose(got, want, 4 * kUlp, 1e-37f, "SiluMul");
+    Add(x.data(), b.data(), got.data(), n);
+    ref::Add(x.data(), b.data(), want.data(), n);
+    ExpectClose(got, want, 0.0f, 0.0f, "Add");
+    Mul(x.data(), b.data(), got.data(), n);
+    ref::Mul(x.data(), b.data(), want.data(), n);
+    ExpectClose(got, want, 0.0f, 0.0f, "Mul");
+    got = b;
+    want = b;
+    AddScaled(x.data(), 0.3f, got.data(), n);
+    ref::AddScaled(x.data(), 0.3f, want.data(), n);
+    ExpectClose(got, want, kUlp, 2 * kUlp, "AddScaled");  // FMA vs mul+add
+    got = x;
+    want = x;
+    Scale(got.data(), -1.7f, n);
+    ref::Scale(want.data(), -1.7f, n);
+    ExpectClose(got, want, 0.0f, 0.0f, "Scale");
+  }
+}
+
+TEST(Ops, TopKSoftmaxMatchesTwinAndBreaksTiesByLowerId) {
+  TargetGuard guard;
+  auto logits = Random(256, -4.0f, 4.0f, 6);
+  logits[200] = logits[100] = 9.0f;  // a tie at the top: 100 must come first
+  for (int64_t target : AvailableTargets()) {
+    ForceTargetForTest(target);
+    int32_t ids[8], want_ids[8];
+    float w[8], want_w[8];
+    TopKSoftmax(logits.data(), 256, 8, ids, w);
+    ref::TopKSoftmax(logits.data(), 256, 8, want_ids, want_w);
+    EXPECT_EQ(ids[0], 100) << TargetName(target);
+    EXPECT_EQ(ids[1], 200) << TargetName(target);
+    float sum = 0.0f;
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(ids[i], want_ids[i]) << TargetName(target) << " slot " << i;
+      EXPECT_NEAR(w[i], want_w[i], 8 * kUlp * want_w[i]) << TargetName(target);
+      sum += w[i];
+      if (i > 0) {
+        EXPECT_LE(w[i], w[i - 1]);
+      }
+    }
+    EXPECT_NEAR(sum, 1.0f, 1e-6f);
+  }
+  int32_t ids[2];
+  float w[2];
+  EXPECT_THROW(TopKSoftmax(logits.data(), 256, 0, ids, w), Error);
+  EXPECT_THROW(TopKSoftmax(logits.data(), 4, 5, ids, w), Error);
+}
+
+TEST(Ops, CausalConv1dMatchesTwinAndCarriesState) {
+  TargetGuard guard;
+  ThreadPool pool(2);
+  const int64_t C = 1030, ldx = 1100;
+  const int K = 4;
+  const auto w = Random(C * K, -1.0f, 1.0f, 7);
+  for (int64_t T : {1, 2, 9}) {
+    const auto x = Random(T * ldx, -2.0f, 2.0f, 8 + static_cast<uint32_t>(T));
+    const auto state0 = Random((K - 1) * C, -2.0f, 2.0f, 9);
+    std::vector<float> want_y(T * C), want_state = state0;
+    ref::CausalConv1dSilu(
+        {x.data(), ldx, T, C, K, w.data(), want_state.data(), want_y.data(), C, true});
+    for (int64_t target : AvailableTargets()) {
+      ForceTargetForTest(target);
+      SCOPED_TRACE(testing::Message() << TargetName(target) << " T " << T);
+      std::vector<float> y(T * C), state = state0;
+      CausalConv1dSilu({x.data(), ldx, T, C, K, w.data(), state.data(), y.data(), C, true}, pool);
+      ExpectClose(y, want_y, 8 * kUlp, 8 * kUlp, "conv y");
+      ExpectClose(state, want_state, 0.0f, 0.0f, "conv state");
+      // update_state = false leaves the state alone and gives the same outputs.
+      std::vector<float> y2(T * C), state2 = state0;
+      CausalConv1dSilu({x.data(), ldx, T, C, K, w.data(), state2.data(), y2.data(), C, false},
+                       pool);
+      ExpectClose(y2, y, 0.0f, 0.0f, "conv y without state update");
+      ExpectClose(state2, state0, 0.0f, 0.0f, "conv state untouched");
+    }
+  }
+  // Splitting a sequence in two calls equals one call over the whole sequence.
+  const int64_t T = 7;
+  const auto x = Random(T * C, -2.0f, 2.0f, 10);
+  std::vector<float> s1((K - 1) * C, 0.0f), s2 = s1, y1(T * C), y2(T * C);
+  CausalConv1dSilu({x.data(), C, T, C, K, w.data(), s1.data(), y1.data(), C, true}, pool);
+  CausalConv1dSilu({x.data(), C, 3, C, K, w.data(), s2.data(), y2.data(), C, true}, pool);
+  CausalConv1dSilu({x.data() + 3 * C, C, 4, C, K, w.data(), s2.data(), y2.data() + 3 * C, C, true},
+                   pool);
+  ExpectClose(y2, y1, 0.0f, 0.0f, "split sequence");
+  ExpectClose(s2, s1, 0.0f, 0.0f, "split sequence state");
+}
+
+}  // namespace
+}  // namespace crossword::kernels
