@@ -17,7 +17,8 @@ LogLevel ParseLogLevel(std::string_view name);
 /// level is at least `min_level`. Cheap to copy; thread-safe per line (one fwrite per message).
 class Logger {
  public:
-  explicit Logger(LogLevel min_level = LogLevel::kInfo, std::FILE* out = stderr)
+  Logger() : Logger(LogLevel::kInfo, stderr) {}
+  explicit Logger(LogLevel min_level, std::FILE* out = stderr)
       : min_level_(min_level), out_(out) {}
 
   /// A logger that drops everything (tests, libraries used quietly).

@@ -1,0 +1,13 @@
+// Subcommands implemented in the cli folder (they use the engine).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace crossword::cli {
+
+/// `crossword run`.
+void RegisterRunCommand(CLI::App& app);
+/// `crossword logits`.
+void RegisterLogitsCommand(CLI::App& app);
+
+}  // namespace crossword::cli

@@ -1,0 +1,46 @@
+// Options shared by the model-running subcommands (-m, -t, -c, --no-mmap, ...).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace crossword::cli {
+
+struct ModelFlags {
+  std::string model;
+  int threads = 0;
+  int64_t n_ctx = 4096;
+  bool no_mmap = false;
+  bool mlock = false;
+  std::string kv_type = "f16";
+  std::string log_level = "info";
+
+  /// Adds -m/--model, -t/--threads, -c/--ctx-size, --no-mmap, --mlock, --kv-type, --log-level.
+  void Add(CLI::App* cmd, bool model_required);
+  engine::EngineOptions ToEngineOptions() const;
+  GgmlType KvType() const;
+  Logger MakeLogger() const;
+};
+
+/// Sampling and decoding flags: --mode, --block-size, --threshold, -n, --temp, --top-k, --top-p,
+/// --min-p, --seed, --presence-penalty, --frequency-penalty, --repeat-penalty, --no-dllm-biases.
+struct DecodeFlags {
+  std::string mode = "ar";
+  int block_size = 0;      // 0: model default
+  double threshold = 0;    // 0: model default
+  int64_t n_predict = 256;
+  std::optional<double> temperature, top_p, min_p, presence, frequency, repeat;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+  bool no_dllm_biases = false;
+
+  void Add(CLI::App* cmd);
+  /// Model defaults overridden by the flags given. Throws crossword::Error on bad values.
+  decode::DecodeParams Apply(decode::DecodeParams defaults) const;
+};
+
+}  // namespace crossword::cli

@@ -1,0 +1,145 @@
+// `crossword run`: stream a model's answer to a prompt (plain or through the chat template).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+
+namespace crossword::cli {
+namespace {
+
+struct RunFlags {
+  ModelFlags model;
+  DecodeFlags decode;
+  std::string prompt, file, system;
+  bool chat = false, no_think = false, stats = false;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail("cannot read prompt file '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void Run(const RunFlags& f) {
+  if (f.prompt.empty() == f.file.empty()) Fail("give exactly one of -p TEXT or -f FILE");
+  const std::string text = f.file.empty() ? f.prompt : ReadFile(f.file);
+  auto engine = engine::Engine::Load(f.model.ToEngineOptions());
+  const Logger& log = engine->logger();
+  decode::DecodeParams params = f.decode.Apply(engine->DefaultDecodeParams());
+  std::vector<int32_t> prompt;
+  if (f.chat) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!f.system.empty()) messages.push_back({{"role", "system"}, {"content", f.system}});
+    messages.push_back({{"role", "user"}, {"content", text}});
+    nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+    if (f.no_think) kwargs["enable_thinking"] = false;
+    auto cp = engine->EncodeChat(messages, nlohmann::ordered_json::array(), kwargs);
+    prompt = std::move(cp.tokens);
+    params.think_open = cp.think_open;
+  } else {
+    if (!f.system.empty() || f.no_think) Fail("--system and --no-think need --chat");
+    prompt = engine->tokenizer().Encode(text, /*parse_special=*/false);
+    if (prompt.empty()) Fail("the prompt encodes to no tokens");
+    params.think_open = engine->ThinkOpen(prompt);
+  }
+  const int64_t n_ctx = std::min<int64_t>(f.model.n_ctx, static_cast<int64_t>(prompt.size()) + params.max_tokens);
+  if (static_cast<int64_t>(prompt.size()) >= f.model.n_ctx) {
+    Fail("the prompt has {} tokens; the context (-c) holds {}", prompt.size(), f.model.n_ctx);
+  }
+  auto state = engine->NewState(n_ctx, f.model.KvType());
+  log.Info("model {} loaded in {:.2f} s; {} prompt tokens; mode {}", engine->model_name(), engine->load_seconds(),
+           prompt.size(), decode::ModeName(params.mode));
+
+  const bool tty = isatty(STDOUT_FILENO);
+  const auto& sp = engine->tokenizer().special();
+  bool in_think = params.think_open;
+  tokenizer::StreamDecoder dec(engine->tokenizer());
+  auto set_think = [&](bool on) {
+    if (tty) std::fputs(on ? "\033[2m" : "\033[0m", stdout);
+  };
+  if (in_think) {
+    if (tty) {
+      set_think(true);
+    } else {
+      std::fputs("<think>\n", stdout);  // the template opened it; mark where reasoning starts
+    }
+  }
+  auto sink = [&](int32_t tok) {
+    std::string piece = dec.Feed(tok);
+    if (sp.think && tok == *sp.think && !in_think) {
+      in_think = true;
+      set_think(true);
+      if (tty) piece.clear();  // dimming marks the reasoning; the tag itself is not shown
+    } else if (sp.think_end && tok == *sp.think_end && in_think) {
+      in_think = false;
+      if (!tty) std::fputs(piece.c_str(), stdout);
+      piece.clear();
+      set_think(false);
+    }
+    std::fputs(piece.c_str(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+  decode::Generation gen = engine::RunGeneration(*engine, *state, std::move(prompt), params, sink);
+  std::fputs(dec.Flush().c_str(), stdout);
+  if (in_think) set_think(false);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+
+  const decode::DecodeStats& st = gen.stats();
+  const double gen_seconds = st.ar_seconds + st.denoise_seconds + st.commit_seconds;
+  const double prompt_tps = st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0;
+  const double gen_tps = gen_seconds > 0 ? st.generated / gen_seconds : 0.0;
+  std::fprintf(stderr,
+               "crossword: load %.2f s | prompt %lld tokens, %.1f tokens/s | generated %lld tokens, %.1f tokens/s "
+               "(%s) | finish: %s\n",
+               engine->load_seconds(), static_cast<long long>(st.prompt_tokens), prompt_tps,
+               static_cast<long long>(st.generated), gen_tps, std::string(decode::ModeName(params.mode)).c_str(),
+               std::string(decode::FinishReasonName(gen.finish_reason())).c_str());
+  if (f.stats) {
+    std::fprintf(stderr,
+                 "crossword: passes: prefill %lld, ar %lld, denoise/draft %lld, commit/verify %lld | tokens per "
+                 "pass %.2f\n",
+                 static_cast<long long>(st.prefill_passes), static_cast<long long>(st.ar_passes),
+                 static_cast<long long>(st.denoise_passes), static_cast<long long>(st.commit_passes),
+                 st.tokens_per_pass());
+    auto ms = [](double s, int64_t n) { return n > 0 ? 1000.0 * s / n : 0.0; };
+    std::fprintf(stderr, "crossword: ms per pass: prefill %.2f, ar %.2f, denoise/draft %.2f, commit/verify %.2f\n",
+                 ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
+                 ms(st.denoise_seconds, st.denoise_passes), ms(st.commit_seconds, st.commit_passes));
+    if (params.mode == decode::Mode::kSpec) {
+      std::string hist;
+      for (size_t k = 0; k < st.accepted_hist.size(); ++k) {
+        if (st.accepted_hist[k]) hist += fmt::format(" {}:{}", k, st.accepted_hist[k]);
+      }
+      std::fprintf(stderr, "crossword: spec rounds %lld, mean accepted drafts %.2f, histogram (accepted:rounds)%s\n",
+                   static_cast<long long>(st.rounds), st.mean_accepted(), hist.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+void RegisterRunCommand(CLI::App& app) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt, streaming it to stdout");
+  flags->model.Add(cmd, /*model_required=*/false);
+  flags->decode.Add(cmd);
+  cmd->add_option("-p,--prompt", flags->prompt, "prompt text");
+  cmd->add_option("-f,--file", flags->file, "read the prompt from a file");
+  cmd->add_flag("--chat", flags->chat, "wrap the prompt in the model's chat template");
+  cmd->add_option("--system", flags->system, "system message (with --chat)");
+  cmd->add_flag("--no-think", flags->no_think, "render the template with enable_thinking = false");
+  cmd->add_flag("--stats", flags->stats, "print forward passes, tokens per pass, acceptance, time per pass type");
+  cmd->callback([flags] { Run(*flags); });
+}
+
+}  // namespace crossword::cli

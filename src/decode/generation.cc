@@ -1,0 +1,426 @@
+// Generation: the AR / block-diffusion / self-speculative state machine of docs/decoding.md.
+#include "decode/generation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+
+namespace crossword::decode {
+
+Mode ParseMode(std::string_view name) {
+  if (name == "ar") return Mode::kAr;
+  if (name == "diffusion") return Mode::kDiffusion;
+  if (name == "spec") return Mode::kSpec;
+  Fail("unknown decoding mode '{}': use ar, diffusion or spec", name);
+}
+
+std::string_view ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kAr: return "ar";
+    case Mode::kDiffusion: return "diffusion";
+    case Mode::kSpec: return "spec";
+  }
+  return "?";
+}
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kNone: break;
+  }
+  return "none";
+}
+
+float RampBias::At(int64_t t) const {
+  if (value == 0.0f || t <= start) return 0.0f;
+  const double f = window <= 0 ? 1.0 : std::min(1.0, static_cast<double>(t - start) / static_cast<double>(window));
+  return static_cast<float>(value * f);
+}
+
+double DecodeStats::tokens_per_pass() const {
+  const int64_t n = forward_passes();
+  return n == 0 ? 0.0 : static_cast<double>(generated) / static_cast<double>(n);
+}
+
+double DecodeStats::mean_accepted() const {
+  int64_t rounds_n = 0, acc = 0;
+  for (size_t k = 0; k < accepted_hist.size(); ++k) {
+    rounds_n += accepted_hist[k];
+    acc += accepted_hist[k] * static_cast<int64_t>(k);
+  }
+  return rounds_n == 0 ? 0.0 : static_cast<double>(acc) / static_cast<double>(rounds_n);
+}
+
+Generation::Generation(const model::Model& model, model::SequenceState& state, std::vector<int32_t> prompt,
+                       DecodeParams params, TokenSink sink)
+    : model_(model),
+      state_(state),
+      prompt_(std::move(prompt)),
+      params_(std::move(params)),
+      sink_(std::move(sink)),
+      sampler_(params_.sampling, model.hparams().n_vocab),
+      n_vocab_(model.hparams().n_vocab) {
+  if (prompt_.empty()) Fail("generation: the prompt is empty (at least one token is needed)");
+  if (state_.n_past() >= static_cast<int64_t>(prompt_.size())) {
+    Fail("generation: the state already holds {} tokens of a {}-token prompt; at least the last prompt "
+         "token must be evaluated",
+         state_.n_past(), prompt_.size());
+  }
+  if (params_.max_tokens < 1) Fail("generation: max_tokens must be >= 1 (got {})", params_.max_tokens);
+  if (params_.prefill_chunk < 1) Fail("generation: prefill_chunk must be >= 1");
+  if (params_.mode != Mode::kAr) {
+    if (params_.block_size < 2 || params_.block_size > 256) Fail("block size {} is not in [2, 256]", params_.block_size);
+    if (!(params_.threshold > 0.0f && params_.threshold <= 1.0f)) Fail("threshold {} is not in (0, 1]", params_.threshold);
+    if (params_.mask_id < 0 || params_.mask_id >= n_vocab_) {
+      Fail("{} mode needs a mask token (tokenizer.ggml.mask_token_id); this model has none", ModeName(params_.mode));
+    }
+    if (!model.hparams().diffusion_shift_logits) {
+      Fail("this model declares diffusion.shift_logits = false; crossword implements shifted logits only");
+    }
+  }
+  if (params_.mode == Mode::kSpec && state_.max_record_tokens() < params_.block_size) {
+    Fail("spec mode needs a state recording {} tokens (StateOptions.max_record_tokens)", params_.block_size);
+  }
+  for (int32_t t : prompt_) {
+    if (t < 0 || t >= n_vocab_) Fail("generation: prompt token {} outside the vocabulary [0, {})", t, n_vocab_);
+  }
+  history_.AddPrompt(prompt_);
+  think_open_ = params_.think_open;
+  row_.resize(static_cast<size_t>(n_vocab_));
+  input_.reserve(std::max<int64_t>(params_.prefill_chunk, params_.block_size));
+  block_.reserve(params_.block_size);
+  masked_.reserve(params_.block_size);
+  stats_.accepted_hist.assign(params_.block_size, 0);
+  draft_dist_.resize(params_.mode == Mode::kSpec ? params_.block_size : 0);
+  start_ = Clock::now();
+}
+
+bool Generation::IsEog(int32_t token) const {
+  return std::find(params_.eog_ids.begin(), params_.eog_ids.end(), token) != params_.eog_ids.end();
+}
+
+void Generation::Finish(FinishReason reason) {
+  if (phase_ == Phase::kDone) return;
+  phase_ = Phase::kDone;
+  finish_ = reason;
+}
+
+void Generation::Cancel() { Finish(FinishReason::kCancelled); }
+
+std::span<float> Generation::Processed(std::span<const float> row, int64_t t) {
+  std::copy(row.begin(), row.end(), row_.begin());
+  std::span<float> p(row_);
+  ApplyPenalties(params_.sampling, history_, p);
+  if (params_.dllm_biases) {
+    if (params_.eos_id >= 0 && params_.eos_id < n_vocab_) p[params_.eos_id] += params_.length_bias.At(t);
+    if (think_open_ && params_.think_end_id >= 0 && params_.think_end_id < n_vocab_) {
+      p[params_.think_end_id] += params_.think_end_bias.At(t);
+    }
+  }
+  return p;
+}
+
+int32_t Generation::Choose(std::span<const float> row, int64_t t) { return sampler_.Sample(Processed(row, t)); }
+
+bool Generation::Emit(int32_t token) {
+  if (phase_ == Phase::kDone) return false;
+  if (IsEog(token)) {
+    Finish(FinishReason::kStop);
+    return false;
+  }
+  if (output_.empty()) stats_.first_token_seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  output_.push_back(token);
+  history_.AddGenerated(token);
+  ++stats_.generated;
+  if (token == params_.think_end_id) think_open_ = false;
+  if (token == params_.think_start_id) think_open_ = true;
+  if (sink_ && !sink_(token)) {
+    Finish(FinishReason::kCancelled);
+    return false;
+  }
+  if (stats_.generated >= params_.max_tokens) {
+    Finish(FinishReason::kLength);
+    return false;
+  }
+  return true;
+}
+
+model::SequenceInput Generation::NextInput() {
+  if (phase_ == Phase::kDone) Fail("generation: NextInput after the generation finished");
+  model::SequenceInput in;
+  in.state = &state_;
+  switch (phase_) {
+    case Phase::kPrefill: {
+      const int64_t from = state_.n_past();
+      const int64_t to = std::min<int64_t>(from + params_.prefill_chunk, static_cast<int64_t>(prompt_.size()));
+      input_.assign(prompt_.begin() + from, prompt_.begin() + to);
+      in.logits = to == static_cast<int64_t>(prompt_.size()) ? model::LogitRows::kLast : model::LogitRows::kNone;
+      break;
+    }
+    case Phase::kAr:
+      input_.assign(1, pending_);
+      break;
+    case Phase::kDenoise:
+    case Phase::kDraft:
+      input_ = block_;
+      in.kind = model::PassKind::kDenoise;
+      in.logits = model::LogitRows::kAll;
+      break;
+    case Phase::kCommit:
+      input_ = block_;
+      break;
+    case Phase::kVerify:
+      input_ = block_;
+      in.logits = model::LogitRows::kAll;
+      in.record = true;
+      break;
+    case Phase::kDone:
+      break;
+  }
+  in.tokens = input_;
+  pass_start_ = Clock::now();
+  return in;
+}
+
+void Generation::AccountPass(double seconds) {
+  switch (phase_) {
+    case Phase::kPrefill:
+      ++stats_.prefill_passes;
+      stats_.prefill_seconds += seconds;
+      break;
+    case Phase::kAr:
+      ++stats_.ar_passes;
+      stats_.ar_seconds += seconds;
+      break;
+    case Phase::kDenoise:
+    case Phase::kDraft:
+      ++stats_.denoise_passes;
+      stats_.denoise_seconds += seconds;
+      break;
+    case Phase::kCommit:
+    case Phase::kVerify:
+      ++stats_.commit_passes;
+      stats_.commit_seconds += seconds;
+      break;
+    case Phase::kDone:
+      break;
+  }
+}
+
+void Generation::OnLogits(std::span<const float> logits, ThreadPool& pool) {
+  AccountPass(std::chrono::duration<double>(Clock::now() - pass_start_).count());
+  switch (phase_) {
+    case Phase::kPrefill:
+      stats_.prompt_tokens += static_cast<int64_t>(input_.size());
+      OnPrefill(logits);
+      break;
+    case Phase::kAr: {
+      const int32_t tok = Choose(logits.first(n_vocab_), stats_.generated);
+      if (Emit(tok)) pending_ = tok;
+      if (phase_ != Phase::kDone && state_.n_past() + 1 > state_.n_ctx()) Finish(FinishReason::kLength);
+      break;
+    }
+    case Phase::kDenoise:
+      OnDenoise(logits);
+      break;
+    case Phase::kCommit:
+      StartBlock(Choose(logits.first(n_vocab_), stats_.generated));
+      break;
+    case Phase::kDraft:
+      OnDraft(logits);
+      break;
+    case Phase::kVerify:
+      OnVerify(logits, pool);
+      break;
+    case Phase::kDone:
+      break;
+  }
+}
+
+void Generation::OnPrefill(std::span<const float> logits) {
+  if (state_.n_past() < static_cast<int64_t>(prompt_.size())) return;  // more prompt to go
+  const int32_t seed = Choose(logits.first(n_vocab_), 0);
+  if (params_.mode == Mode::kAr) {
+    phase_ = Phase::kAr;
+    if (Emit(seed)) pending_ = seed;
+    if (phase_ != Phase::kDone && state_.n_past() + 1 > state_.n_ctx()) Finish(FinishReason::kLength);
+  } else {
+    StartBlock(seed);
+  }
+}
+
+void Generation::StartBlock(int32_t seed) {
+  phase_ = params_.mode == Mode::kDiffusion ? Phase::kDenoise : Phase::kDraft;
+  const int64_t room = state_.n_ctx() - state_.n_past();
+  const int64_t budget = params_.max_tokens - stats_.generated;
+  block_len_ = std::min<int64_t>({params_.block_size, budget, room});
+  block_.assign(1, seed);
+  block_.resize(block_len_ > 0 ? block_len_ : 1, params_.mask_id);
+  masked_.assign(block_.size(), 1);
+  masked_[0] = 0;
+  ++stats_.rounds;
+  if (!Emit(seed)) return;  // EOG seed, length, or cancelled
+  block_emitted_ = 1;
+  if (block_len_ <= 1) Finish(FinishReason::kLength);  // context full
+}
+
+void Generation::OnDenoise(std::span<const float> logits) {
+  const int64_t B = block_len_;
+  const int64_t gen0 = stats_.generated - block_emitted_;  // generated before this block
+  int64_t best_slot = -1;
+  float best_conf = -1.0f;
+  int64_t n_committed = 0;
+  // Candidates are computed for every masked slot before any is committed.
+  std::array<std::pair<int32_t, float>, 256> cand{};
+  for (int64_t j = 1; j < B; ++j) {
+    if (!masked_[j]) continue;
+    std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j);
+    int32_t tok;
+    if (params_.sampling.greedy()) {
+      tok = Sampler::ArgMax(p, params_.mask_id);
+    } else {
+      const float saved = p[params_.mask_id];
+      p[params_.mask_id] = -std::numeric_limits<float>::infinity();
+      tok = sampler_.Sample(p);
+      p[params_.mask_id] = saved;
+    }
+    const float conf = SoftmaxProb(p, tok);
+    cand[j] = {tok, conf};
+    if (conf > best_conf) {
+      best_conf = conf;
+      best_slot = j;
+    }
+  }
+  for (int64_t j = 1; j < B; ++j) {
+    if (masked_[j] && cand[j].second >= params_.threshold) {
+      block_[j] = cand[j].first;
+      masked_[j] = 0;
+      ++n_committed;
+    }
+  }
+  if (n_committed == 0 && best_slot > 0) {
+    block_[best_slot] = cand[best_slot].first;
+    masked_[best_slot] = 0;
+  }
+  // Stream the leading run of committed slots; an EOG there ends the answer (no mask before it).
+  while (block_emitted_ < B && !masked_[block_emitted_]) {
+    if (!Emit(block_[block_emitted_])) return;
+    ++block_emitted_;
+  }
+  if (block_emitted_ == B) phase_ = Phase::kCommit;
+}
+
+void Generation::OnDraft(std::span<const float> logits) {
+  const int64_t B = block_len_;
+  const int64_t gen0 = stats_.generated - 1;  // the seed is emitted already
+  for (int64_t j = 1; j < B; ++j) {
+    std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j);
+    if (params_.sampling.greedy()) {
+      block_[j] = Sampler::ArgMax(p, params_.mask_id);
+    } else {
+      p[params_.mask_id] = -std::numeric_limits<float>::infinity();
+      auto q = sampler_.Probabilities(p);
+      draft_dist_[j].assign(q.begin(), q.end());
+      const float u = sampler_.Uniform();
+      float acc = 0.0f;
+      block_[j] = q.back().first;
+      for (const auto& [tok, prob] : q) {
+        acc += prob;
+        if (u < acc) {
+          block_[j] = tok;
+          break;
+        }
+      }
+    }
+  }
+  phase_ = Phase::kVerify;
+}
+
+namespace {
+float ProbOf(std::span<const std::pair<int32_t, float>> dist, int32_t token) {
+  for (const auto& [t, p] : dist) {
+    if (t == token) return p;
+  }
+  return 0.0f;
+}
+}  // namespace
+
+void Generation::OnVerify(std::span<const float> logits, ThreadPool& pool) {
+  const int64_t B = block_len_;
+  const int64_t gen0 = stats_.generated - 1;  // index of the seed among generated tokens
+  int64_t accepted = 0;
+  int32_t bonus = -1;
+  bool ended = false;
+  std::vector<std::pair<int32_t, float>>& p_dist = draft_dist_.empty() ? draft_dist_.emplace_back() : draft_dist_[0];
+  for (int64_t i = 0; i < B; ++i) {
+    std::span<const float> row = logits.subspan(i * n_vocab_, n_vocab_);
+    const int64_t t = gen0 + i + 1;
+    if (params_.sampling.greedy()) {
+      const int32_t a = Choose(row, t);
+      if (i + 1 < B && block_[i + 1] == a) {
+        if (!Emit(a)) {
+          ended = true;
+          if (phase_ == Phase::kDone && finish_ != FinishReason::kStop) ++accepted;  // emitted, then stopped
+          break;
+        }
+        ++accepted;
+        continue;
+      }
+      bonus = a;
+      break;
+    }
+    // Speculative sampling (Leviathan et al. 2023): accept d with prob min(1, p(d)/q(d)).
+    auto pd = sampler_.Probabilities(Processed(row, t));
+    p_dist.assign(pd.begin(), pd.end());
+    if (i + 1 < B) {
+      const int32_t d = block_[i + 1];
+      const float q = ProbOf(draft_dist_[i + 1], d);
+      const float p = ProbOf(p_dist, d);
+      if (q > 0.0f && sampler_.Uniform() < std::min(1.0f, p / q)) {
+        if (!Emit(d)) {
+          ended = true;
+          if (phase_ == Phase::kDone && finish_ != FinishReason::kStop) ++accepted;
+          break;
+        }
+        ++accepted;
+        continue;
+      }
+      // Rejected: draw from norm(max(0, p - q)).
+      double total = 0.0;
+      for (const auto& [tok, prob] : p_dist) total += std::max(0.0f, prob - ProbOf(draft_dist_[i + 1], tok));
+      bonus = p_dist.front().first;
+      if (total > 0.0) {
+        const double u = sampler_.Uniform() * total;
+        double acc = 0.0;
+        for (const auto& [tok, prob] : p_dist) {
+          acc += std::max(0.0f, prob - ProbOf(draft_dist_[i + 1], tok));
+          if (u < acc) {
+            bonus = tok;
+            break;
+          }
+        }
+      }
+      break;
+    }
+    const double u = sampler_.Uniform();
+    double acc = 0.0;
+    bonus = p_dist.back().first;
+    for (const auto& [tok, prob] : p_dist) {
+      acc += prob;
+      if (u < acc) {
+        bonus = tok;
+        break;
+      }
+    }
+  }
+  ++stats_.accepted_hist[std::min<int64_t>(accepted, params_.block_size - 1)];
+  state_.RollbackTo(1 + accepted, pool);
+  if (ended || phase_ == Phase::kDone) return;
+  StartBlock(bonus);
+}
+
+}  // namespace crossword::decode

@@ -1,0 +1,148 @@
+// One request's decoding as a step-wise state machine over the model's forward pass: prefill,
+// then AR, block-diffusion (LowConfidence) or lossless self-speculative steps (docs/decoding.md).
+// A scheduler batches NextInput() of many generations into one Model::Forward.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "decode/sampling.h"
+#include "model/model.h"
+
+namespace crossword::decode {
+
+enum class Mode : uint8_t { kAr, kDiffusion, kSpec };
+/// "ar" | "diffusion" | "spec"; throws crossword::Error otherwise.
+Mode ParseMode(std::string_view name);
+std::string_view ModeName(Mode mode);
+
+/// Clover's long-generation logit biases (docs/decoding.md): value x clamp((t - start) / window,
+/// 0, 1) where t = tokens generated before the predicted position.
+struct RampBias {
+  float value = 0.0f;
+  int64_t start = 0;
+  int64_t window = 1;
+  float At(int64_t t) const;
+};
+
+struct DecodeParams {
+  Mode mode = Mode::kAr;
+  int block_size = 32;      ///< diffusion block / spec draft length B (>= 2)
+  float threshold = 0.95f;  ///< diffusion commit threshold τ in (0, 1]
+  int64_t max_tokens = 256;  ///< generated tokens at most (>= 1)
+  SamplingParams sampling;
+  int64_t prefill_chunk = 512;  ///< prompt tokens per forward pass
+  // Token ids the decoder needs (the engine fills them from the tokenizer).
+  std::vector<int32_t> eog_ids;  ///< end-of-generation tokens (not emitted)
+  int32_t mask_id = -1;          ///< required for diffusion / spec
+  int32_t eos_id = -1;           ///< target of the length bias
+  int32_t think_end_id = -1;     ///< `</think>`: target of the think-end bias
+  int32_t think_start_id = -1;   ///< `<think>`
+  bool think_open = false;       ///< the prompt ends inside an open think block
+  /// Clover defaults (generation_config): length 10 @ 8192 + 8192, think-end 10 @ 4096 + 4096.
+  bool dllm_biases = false;
+  RampBias length_bias{10.0f, 8192, 8192};
+  RampBias think_end_bias{10.0f, 4096, 4096};
+};
+
+enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled };
+std::string_view FinishReasonName(FinishReason reason);
+
+/// Counters and timings of one generation (seconds; passes exclude prefill unless named).
+struct DecodeStats {
+  int64_t prompt_tokens = 0;    ///< prompt tokens prefilled in this generation (cached ones excluded)
+  int64_t generated = 0;        ///< tokens emitted (EOG excluded)
+  int64_t prefill_passes = 0;
+  int64_t ar_passes = 0;        ///< AR steps
+  int64_t denoise_passes = 0;   ///< diffusion denoise passes and spec drafts
+  int64_t commit_passes = 0;    ///< diffusion commit passes and spec verify passes
+  int64_t rounds = 0;           ///< spec rounds / diffusion blocks
+  std::vector<int64_t> accepted_hist;  ///< spec: rounds that accepted k drafts (index k)
+  double prefill_seconds = 0, ar_seconds = 0, denoise_seconds = 0, commit_seconds = 0;
+  double first_token_seconds = 0;  ///< from Start() to the first emitted token
+  int64_t forward_passes() const { return ar_passes + denoise_passes + commit_passes; }
+  /// Tokens per forward pass after prefill (commit passes counted).
+  double tokens_per_pass() const;
+  /// Mean drafts accepted per spec round (bonus excluded).
+  double mean_accepted() const;
+};
+
+/// Receives each emitted token in order; return false to stop (stop string matched, client
+/// gone): the generation then finishes with kCancelled.
+using TokenSink = std::function<bool(int32_t token)>;
+
+/// A single sequence's decoding. Usage: Start(); while (!done()) { in = NextInput();
+/// model.Forward({in, ...}); OnLogits(ctx.logits(i)); }. The state must not be used by anything
+/// else meanwhile. Allocates at construction only (n_vocab-sized buffers).
+class Generation {
+ public:
+  /// `state` holds a prefix of `prompt` already (n_past < prompt.size(), same tokens — the
+  /// engine's prompt cache guarantees it); the rest is prefilled. Throws crossword::Error on bad
+  /// params (block size, threshold, max_tokens, missing mask id for diffusion/spec, a state
+  /// without room for one block of scratch or without recording room for spec).
+  Generation(const model::Model& model, model::SequenceState& state, std::vector<int32_t> prompt,
+             DecodeParams params, TokenSink sink);
+
+  bool done() const { return phase_ == Phase::kDone; }
+  FinishReason finish_reason() const { return finish_; }
+  const DecodeStats& stats() const { return stats_; }
+  const DecodeParams& params() const { return params_; }
+  /// Emitted tokens so far.
+  const std::vector<int32_t>& output() const { return output_; }
+
+  /// The next forward-pass input of this sequence (valid until OnLogits).
+  model::SequenceInput NextInput();
+  /// Consumes the logits of the pass NextInput() described (rows as it requested).
+  void OnLogits(std::span<const float> logits, ThreadPool& pool);
+  /// Ends the generation now (client cancelled).
+  void Cancel();
+
+ private:
+  enum class Phase : uint8_t { kPrefill, kAr, kDenoise, kCommit, kDraft, kVerify, kDone };
+  using Clock = std::chrono::steady_clock;
+
+  // Picks the token after the position whose logits are `row`, given the generated history and
+  // the index `t` of the predicted token among generated ones. Greedy or sampled.
+  std::span<float> Processed(std::span<const float> row, int64_t t);
+  int32_t Choose(std::span<const float> row, int64_t t);
+  bool Emit(int32_t token);  // false when generation ended (EOG, length, sink)
+  void StartBlock(int32_t seed);
+  void Finish(FinishReason reason);
+  bool IsEog(int32_t token) const;
+  void OnPrefill(std::span<const float> logits);
+  void OnDenoise(std::span<const float> logits);
+  void OnDraft(std::span<const float> logits);
+  void OnVerify(std::span<const float> logits, ThreadPool& pool);
+  void AccountPass(double seconds);
+
+  const model::Model& model_;
+  model::SequenceState& state_;
+  std::vector<int32_t> prompt_;
+  DecodeParams params_;
+  TokenSink sink_;
+  Sampler sampler_;
+  TokenHistory history_;
+  int64_t n_vocab_;
+  Phase phase_ = Phase::kPrefill;
+  FinishReason finish_ = FinishReason::kNone;
+  DecodeStats stats_;
+  std::vector<int32_t> output_;
+  std::vector<int32_t> input_;     // tokens of the pending pass
+  std::vector<int32_t> block_;     // diffusion/spec block tokens
+  std::vector<uint8_t> masked_;    // diffusion: slot still masked
+  int64_t block_emitted_ = 0;      // diffusion: leading slots already emitted
+  int64_t block_len_ = 0;
+  std::vector<float> row_;         // processed logits scratch (n_vocab)
+  std::vector<float> draft_q_;     // spec sampling: draft probabilities of the draft tokens
+  std::vector<std::vector<std::pair<int32_t, float>>> draft_dist_;  // spec sampling: q per slot
+  bool think_open_ = false;
+  int32_t pending_ = -1;           // AR: token to feed next
+  Clock::time_point start_, pass_start_;
+};
+
+}  // namespace crossword::decode

@@ -1,0 +1,96 @@
+// The engine bundle: a loaded model with its tokenizer, chat template, thread pool and the
+// decoding defaults derived from the file; what `run`, `check`, `serve` and `bench` build on.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/mapped_file.h"
+#include "chat/template.h"
+#include "core/thread_pool.h"
+#include "decode/generation.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace crossword::engine {
+
+struct EngineOptions {
+  std::string model_path;  ///< empty: the embedded default model (if this build has one)
+  MapOptions map;          ///< --no-mmap / --mlock
+  int threads = 0;         ///< 0: all hardware threads
+  Logger logger;
+};
+
+/// The bytes of the model embedded into this binary at build time (models/clover-tiny.gguf),
+/// or an empty span when the build has none.
+std::span<const std::byte> EmbeddedModel();
+
+/// A loaded model + tokenizer + chat template. Immutable after Load except for the pool,
+/// which callers share by taking turns (one forward pass at a time).
+class Engine {
+ public:
+  /// Loads the file (or the embedded model). Throws crossword::Error with the file's problem.
+  static std::unique_ptr<Engine> Load(const EngineOptions& options);
+
+  const model::Model& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  /// The file's tokenizer.chat_template, or nullptr when it has none.
+  const chat::Template* chat_template() const { return template_.get(); }
+  ThreadPool& pool() const { return *pool_; }
+  const Logger& logger() const { return logger_; }
+  /// Seconds spent in Load.
+  double load_seconds() const { return load_seconds_; }
+  /// "path" or "(embedded) clover-tiny".
+  const std::string& model_name() const { return name_; }
+
+  /// Renders a conversation with the chat template (HF variables; `kwargs` such as
+  /// {"enable_thinking": false} are merged on top). Throws chat::TemplateException for a
+  /// template's raise_exception, crossword::Error when the model has no template.
+  std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                         const nlohmann::ordered_json& kwargs, bool add_generation_prompt = true) const;
+
+  /// A rendered chat prompt and its token ids. Text that came from the caller's messages or tools
+  /// never becomes a CONTROL token (`<|im_end|>` typed by a user stays plain text); only the
+  /// template's own markup does. Method: control-token texts inside caller strings are swapped for
+  /// private-use markers before rendering, and tokenized as plain text afterwards.
+  struct ChatPrompt {
+    std::string text;  ///< the rendered prompt (with the caller's text restored)
+    std::vector<int32_t> tokens;
+    bool think_open = false;  ///< the prompt ends inside an open <think> block
+  };
+  ChatPrompt EncodeChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                        const nlohmann::ordered_json& kwargs, bool add_generation_prompt = true) const;
+  /// Whether `tokens` leave a <think> block open (last <think> after the last </think>).
+  bool ThinkOpen(std::span<const int32_t> tokens) const;
+
+  /// Decoding defaults of this model: mode AR, block size / threshold from the file, Clover's
+  /// sampling defaults for clover_moe (presence 0.9, repetition 1.05), EOG / mask / think ids from
+  /// the tokenizer, Clover's long-generation biases on for clover_moe.
+  decode::DecodeParams DefaultDecodeParams() const;
+
+  /// A state for one sequence of `n_ctx` tokens that can run every decoding mode.
+  std::unique_ptr<model::SequenceState> NewState(int64_t n_ctx, GgmlType kv_type = GgmlType::kF16) const;
+
+ private:
+  Engine() = default;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<chat::Template> template_;
+  std::unique_ptr<ThreadPool> pool_;
+  Logger logger_;
+  double load_seconds_ = 0;
+  std::string name_;
+  std::vector<std::string> control_texts_;  // CONTROL token texts, longest first
+};
+
+/// Runs one generation to completion on `state` with a private forward context (single
+/// sequence). The sink sees each token as it is emitted.
+decode::Generation RunGeneration(const Engine& engine, model::SequenceState& state, std::vector<int32_t> prompt,
+                                 const decode::DecodeParams& params, decode::TokenSink sink);
+
+}  // namespace crossword::engine

@@ -1,0 +1,395 @@
+// The per-layer math of qwen35moe / clover_moe (../shared/qwen35moe-notes.md section 2):
+// Gated DeltaNet, gated attention, and the routed + shared mixture of experts.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/fp16.h"
+#include "model/model.h"
+
+namespace crossword::model {
+
+
+namespace {
+
+/// The GDN part of a read-only denoise pass (docs/decoding.md): run the layer causally over the
+/// block starting from the committed state, in scratch memory that is thrown away afterwards.
+/// The official Clover file's diffusion-only GDN tensors (ssm_bd_*, ssm_conv1d.weight_right)
+/// would plug in here once their semantics are published.
+void GdnDenoiseState(const float* committed_conv, const float* committed_ssm, int64_t conv_floats,
+                     int64_t ssm_floats, float* scratch_conv, float* scratch_ssm) {
+  std::memcpy(scratch_conv, committed_conv, sizeof(float) * conv_floats);
+  std::memcpy(scratch_ssm, committed_ssm, sizeof(float) * ssm_floats);
+}
+
+}  // namespace
+
+void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
+                     ForwardContext& ctx, ThreadPool& pool) const {
+  const LayerWeights& L = w_.layers[il];
+  float* f = ctx.f_.data();
+  const auto& at = ctx.at_;
+  const int64_t E = hp_.n_embd;
+  const int64_t total = spans.back().row0 + spans.back().T;
+  const int64_t conv_dim = hp_.conv_dim();
+  const int64_t key_dim = hp_.ssm_key_dim();
+  const int64_t d_inner = hp_.ssm_d_inner;
+  const int n_v = hp_.ssm_n_v_heads;
+  const int64_t ds = hp_.ssm_d_state;
+  float* qkv = f + at.qkv;  // [T][conv_dim]
+  float* z = f + at.z;      // [T][d_inner]
+  float* ab = f + at.ab;    // [T][2 n_v]: beta logits then alpha
+  float* conv = f + at.conv;
+  float* o = f + at.o;
+  float* g = f + at.g;
+  float* beta = f + at.beta;
+
+  // Projections qkv, z, beta, alpha of the normed input, in one parallel region.
+  const float* h = f + at.h;
+  auto& jobs = ctx.jobs_;
+  jobs.clear();
+  // Prepare each distinct activation format once.
+  bool prepared[5] = {false, false, false, false, false};
+  for (const kernels::Matrix* m : {&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha}) {
+    const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
+    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, total, E, E, pool);
+    prepared[fi] = true;
+  }
+  auto job = [&](const kernels::Matrix& m, float* y, int64_t ldy) {
+    kernels::MatMulJob j;
+    j.w = m;
+    j.x = &ctx.acts_main_[static_cast<int>(kernels::ActFormatFor(m.type))];
+    j.n_rows = total;
+    j.y = y;
+    j.ldy = ldy;
+    jobs.push_back(j);
+  };
+  job(L.attn_qkv, qkv, conv_dim);
+  job(L.attn_gate, z, d_inner);
+  job(L.ssm_beta, ab, 2 * n_v);
+  job(L.ssm_alpha, ab + n_v, 2 * n_v);
+  kernels::MatMul(jobs, pool);
+
+  // beta = sigmoid(b); g = softplus(a + dt_bias) * ssm_a  (ssm_a = -exp(A_log) <= 0).
+  for (int64_t t = 0; t < total; ++t) {
+    kernels::Sigmoid(ab + t * 2 * n_v, beta + t * n_v, n_v);
+    float* gt = g + t * n_v;
+    kernels::Add(ab + t * 2 * n_v + n_v, L.ssm_dt_bias.data(), gt, n_v);
+    kernels::Softplus(gt, gt, n_v);
+    kernels::Mul(gt, L.ssm_a.data(), gt, n_v);
+  }
+
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SequenceInput& in = seqs[s];
+    const SeqSpan& sp = spans[s];
+    SequenceState& st = *in.state;
+    float* conv_state = st.conv_state(r);
+    float* ssm_state = st.ssm_state(r);
+    if (in.kind == PassKind::kDenoise) {
+      float* scratch = f + at.gdn_scratch + static_cast<int64_t>(s) * ctx.gdn_scratch_floats_;
+      GdnDenoiseState(conv_state, ssm_state, st.conv_floats(), st.ssm_floats(), scratch, scratch + st.conv_floats());
+      conv_state = scratch;
+      ssm_state = scratch + st.conv_floats();
+    }
+    SequenceState::Record rec{};
+    if (in.record) {
+      rec = st.record(r);
+      std::memcpy(rec.conv0, conv_state, sizeof(float) * st.conv_floats());
+      std::memcpy(rec.ssm0, ssm_state, sizeof(float) * st.ssm_floats());
+      std::memcpy(rec.qkv, qkv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
+    }
+    kernels::Conv1dArgs c;
+    c.x = qkv + sp.row0 * conv_dim;
+    c.ldx = conv_dim;
+    c.T = sp.T;
+    c.C = conv_dim;
+    c.K = hp_.ssm_d_conv;
+    c.w = L.ssm_conv1d.data();
+    c.state = conv_state;
+    c.y = conv + sp.row0 * conv_dim;
+    c.ldy = conv_dim;
+    c.update_state = true;
+    kernels::CausalConv1dSilu(c, pool);
+    // L2-normalize each q and k head (eps = rms eps, as llama.cpp).
+    for (int64_t t = 0; t < sp.T; ++t) {
+      float* row = conv + (sp.row0 + t) * conv_dim;
+      for (int64_t hd = 0; hd < 2 * hp_.ssm_n_k_heads; ++hd) kernels::L2Norm(row + hd * ds, ds, hp_.rms_eps);
+    }
+    if (in.record) {
+      std::memcpy(rec.qkv_conv, conv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
+      std::memcpy(rec.g, g + sp.row0 * n_v, sizeof(float) * sp.T * n_v);
+      std::memcpy(rec.beta, beta + sp.row0 * n_v, sizeof(float) * sp.T * n_v);
+    }
+    kernels::GdnArgs a;
+    a.T = sp.T;
+    a.n_k_heads = hp_.ssm_n_k_heads;
+    a.n_v_heads = n_v;
+    a.dk = a.dv = ds;
+    a.q = conv + sp.row0 * conv_dim;
+    a.k = a.q + key_dim;
+    a.v = a.q + 2 * key_dim;
+    a.ldq = a.ldk = a.ldv = conv_dim;
+    a.g = g + sp.row0 * n_v;
+    a.beta = beta + sp.row0 * n_v;
+    a.ldg = n_v;
+    a.state = ssm_state;
+    a.out = o + sp.row0 * d_inner;
+    a.ldo = d_inner;
+    kernels::GatedDeltaRule(a, pool);
+  }
+
+  // Gated RMSNorm per value head (weight shared by heads, not +1), times silu(z).
+  for (int64_t t = 0; t < total; ++t) {
+    float* orow = o + t * d_inner;
+    float* zrow = z + t * d_inner;
+    for (int hv = 0; hv < n_v; ++hv) kernels::RmsNorm(orow + hv * ds, L.ssm_norm.data(), orow + hv * ds, ds, hp_.rms_eps);
+    kernels::Silu(zrow, zrow, d_inner);
+    kernels::Mul(orow, zrow, orow, d_inner);
+  }
+  kernels::Activations& ao = Prepare(ctx.acts_main_, L.ssm_out.type, o, total, d_inner, d_inner, pool);
+  kernels::MatMul(L.ssm_out, ao, f + at.cur, E, pool);
+}
+
+void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
+                           ForwardContext& ctx, ThreadPool& pool) const {
+  const LayerWeights& L = w_.layers[il];
+  float* f = ctx.f_.data();
+  const auto& at = ctx.at_;
+  const int64_t E = hp_.n_embd;
+  const int64_t total = spans.back().row0 + spans.back().T;
+  const int64_t hd = hp_.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hd;
+  const int64_t kv_dim = static_cast<int64_t>(hp_.n_head_kv) * hd;
+  float* qg = f + at.qg;  // [T][n_head][q (hd) | gate (hd)]
+  float* kk = f + at.kk;  // [T][kv_dim]
+  float* vv = f + at.vv;
+  float* ao = f + at.ao;  // [T][q_dim]
+  const float* h = f + at.h;
+
+  bool prepared[5] = {false, false, false, false, false};
+  for (const kernels::Matrix* m : {&L.attn_q, &L.attn_k, &L.attn_v}) {
+    const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
+    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, total, E, E, pool);
+    prepared[fi] = true;
+  }
+  auto& jobs = ctx.jobs_;
+  jobs.clear();
+  auto job = [&](const kernels::Matrix& m, float* y, int64_t ldy) {
+    kernels::MatMulJob j;
+    j.w = m;
+    j.x = &ctx.acts_main_[static_cast<int>(kernels::ActFormatFor(m.type))];
+    j.n_rows = total;
+    j.y = y;
+    j.ldy = ldy;
+    jobs.push_back(j);
+  };
+  job(L.attn_q, qg, 2 * q_dim);
+  job(L.attn_k, kk, kv_dim);
+  job(L.attn_v, vv, kv_dim);
+  kernels::MatMul(jobs, pool);
+
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SeqSpan& sp = spans[s];
+    SequenceState& st = *seqs[s].state;
+    // Per-head RMSNorm of q and k, then NeoX rope on the first n_rot dims (text-only IMROPE).
+    for (int64_t t = 0; t < sp.T; ++t) {
+      const int64_t row = sp.row0 + t;
+      const int64_t pos = sp.n_past + t;
+      float* q = qg + row * 2 * q_dim;
+      for (int head = 0; head < hp_.n_head; ++head) {
+        kernels::RmsNorm(q + head * 2 * hd, L.attn_q_norm.data(), q + head * 2 * hd, hd, hp_.rms_eps);
+      }
+      kernels::RopeNeox(q, hp_.n_head, hd, 2 * hd, hp_.n_rot, pos, hp_.rope_freq_base);
+      float* k = kk + row * kv_dim;
+      for (int head = 0; head < hp_.n_head_kv; ++head) {
+        kernels::RmsNorm(k + head * hd, L.attn_k_norm.data(), k + head * hd, hd, hp_.rms_eps);
+      }
+      kernels::RopeNeox(k, hp_.n_head_kv, hd, hd, hp_.n_rot, pos, hp_.rope_freq_base);
+    }
+    // Store K and V at positions [n_past, n_past + T). A denoise pass writes above the committed
+    // length, which it does not advance, so the rows are scratch.
+    st.NoteKvWrite(sp.n_past, sp.T);
+    const int64_t ld = st.kv_row_elems();
+    if (st.kv_type() == GgmlType::kF16) {
+      uint16_t* kc = static_cast<uint16_t*>(st.k_cache(a_idx)) + sp.n_past * ld;
+      uint16_t* vc = static_cast<uint16_t*>(st.v_cache(a_idx)) + sp.n_past * ld;
+      for (int64_t i = 0; i < sp.T * kv_dim; ++i) {
+        kc[i] = F32ToF16(kk[sp.row0 * kv_dim + i]);
+        vc[i] = F32ToF16(vv[sp.row0 * kv_dim + i]);
+      }
+    } else {
+      std::memcpy(static_cast<float*>(st.k_cache(a_idx)) + sp.n_past * ld, kk + sp.row0 * kv_dim,
+                  sizeof(float) * sp.T * kv_dim);
+      std::memcpy(static_cast<float*>(st.v_cache(a_idx)) + sp.n_past * ld, vv + sp.row0 * kv_dim,
+                  sizeof(float) * sp.T * kv_dim);
+    }
+    kernels::AttentionArgs a;
+    a.q = qg + sp.row0 * 2 * q_dim;
+    a.ldq = 2 * q_dim;
+    a.q_head_stride = 2 * hd;
+    a.k = st.k_cache(a_idx);
+    a.v = st.v_cache(a_idx);
+    a.kv_type = st.kv_type();
+    a.ldk = a.ldv = ld;
+    a.out = ao + sp.row0 * q_dim;
+    a.ldo = q_dim;
+    a.out_head_stride = hd;
+    a.T = sp.T;
+    a.n_past = sp.n_past;
+    a.n_head = hp_.n_head;
+    a.n_head_kv = hp_.n_head_kv;
+    a.head_dim = hd;
+    a.causal = seqs[s].kind == PassKind::kCausal;
+    kernels::Attention(a, pool);
+  }
+  // Output gate: o *= sigmoid(gate), the gate being the second half of each head's q rows.
+  for (int64_t t = 0; t < total; ++t) {
+    for (int head = 0; head < hp_.n_head; ++head) {
+      float* gate = qg + t * 2 * q_dim + head * 2 * hd + hd;
+      kernels::Sigmoid(gate, gate, hd);
+      kernels::Mul(ao + t * q_dim + head * hd, gate, ao + t * q_dim + head * hd, hd);
+    }
+  }
+  kernels::Activations& x = Prepare(ctx.acts_main_, L.attn_output.type, ao, total, q_dim, q_dim, pool);
+  kernels::MatMul(L.attn_output, x, f + at.cur, E, pool);
+}
+
+void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) const {
+  const LayerWeights& L = w_.layers[il];
+  float* f = ctx.f_.data();
+  int32_t* iv = ctx.i_.data();
+  const auto& at = ctx.at_;
+  const int64_t E = hp_.n_embd;
+  const int k = hp_.n_expert_used;
+  const int n_expert = hp_.n_expert;
+  const int64_t n_ff = std::max(hp_.n_ff_exp, hp_.n_ff_shexp);  // row stride of hg / hu
+  const float* h = f + at.h;
+  float* router = f + at.router;
+  float* topk_w = f + at.topk_w;
+  int32_t* topk_ids = iv + at.topk_ids;
+  int32_t* rows_x = iv + at.rows_x;
+  int32_t* rows_y = iv + at.rows_y;
+  int32_t* counts = iv + at.counts;
+  int32_t* offsets = iv + at.offsets;
+  float* hg = f + at.hg;  // [T*k routed rows | T shared rows][n_ff]
+  float* hu = f + at.hu;
+  float* down = f + at.down;  // [T*k][E]
+  float* sh = f + at.sh;      // [T][E]
+  float* cur = f + at.cur;
+  const bool shared = hp_.n_expert_shared > 0;
+
+  bool prepared[5] = {false, false, false, false, false};
+  for (const kernels::Matrix* m : {&L.ffn_gate_inp, &L.ffn_gate_exps.first, &L.ffn_up_exps.first, &L.ffn_gate_shexp,
+                                   &L.ffn_up_shexp}) {
+    if (!m->data) continue;
+    const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
+    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, T, E, E, pool);
+    prepared[fi] = true;
+  }
+  auto acts = [&](std::vector<kernels::Activations>& v, const kernels::Matrix& m) {
+    return &v[static_cast<int>(kernels::ActFormatFor(m.type))];
+  };
+  kernels::MatMul(L.ffn_gate_inp, *acts(ctx.acts_main_, L.ffn_gate_inp), router, n_expert, pool);
+
+  // Route: softmax, top-k, renormalize; then group (token, slot) pairs by expert.
+  std::fill(counts, counts + n_expert, 0);
+  for (int64_t t = 0; t < T; ++t) {
+    kernels::TopKSoftmax(router + t * n_expert, n_expert, k, topk_ids + t * k, topk_w + t * k);
+    for (int j = 0; j < k; ++j) ++counts[topk_ids[t * k + j]];
+  }
+  offsets[0] = 0;
+  for (int e = 0; e < n_expert; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  std::fill(counts, counts + n_expert, 0);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int j = 0; j < k; ++j) {
+      const int e = topk_ids[t * k + j];
+      const int32_t at_e = offsets[e] + counts[e]++;
+      rows_x[at_e] = static_cast<int32_t>(t);
+      rows_y[at_e] = static_cast<int32_t>(t * k + j);
+    }
+  }
+
+  // gate and up of every selected expert (and the shared expert) in one parallel region.
+  auto& jobs = ctx.jobs_;
+  jobs.clear();
+  for (int e = 0; e < n_expert; ++e) {
+    const int32_t n = offsets[e + 1] - offsets[e];
+    if (n == 0) continue;
+    for (auto [tensor, out] : {std::pair{&L.ffn_gate_exps, hg}, std::pair{&L.ffn_up_exps, hu}}) {
+      kernels::MatMulJob j;
+      j.w = tensor->Expert(e);
+      j.x = acts(ctx.acts_main_, tensor->first);
+      j.n_rows = n;
+      j.x_rows = rows_x + offsets[e];
+      j.y = out;
+      j.ldy = n_ff;
+      j.y_rows = rows_y + offsets[e];
+      jobs.push_back(j);
+    }
+  }
+  if (shared) {
+    for (auto [m, out] : {std::pair{&L.ffn_gate_shexp, hg}, std::pair{&L.ffn_up_shexp, hu}}) {
+      kernels::MatMulJob j;
+      j.w = *m;
+      j.x = acts(ctx.acts_main_, *m);
+      j.n_rows = T;
+      j.y = out + T * k * n_ff;
+      j.ldy = n_ff;
+      jobs.push_back(j);
+    }
+  }
+  kernels::MatMul(jobs, pool);
+  for (int64_t row = 0; row < T * k; ++row) kernels::SiluMul(hg + row * n_ff, hu + row * n_ff, hg + row * n_ff, hp_.n_ff_exp);
+  if (shared) {
+    for (int64_t t = 0; t < T; ++t) {
+      float* r = hg + (T * k + t) * n_ff;
+      kernels::SiluMul(r, hu + (T * k + t) * n_ff, r, hp_.n_ff_shexp);
+    }
+  }
+
+  // down projections: routed rows (t*k + slot) in place, shared rows into sh.
+  kernels::Activations& a_ff = Prepare(ctx.acts_ff_, L.ffn_down_exps.first.type, hg, T * k, hp_.n_ff_exp, n_ff, pool);
+  jobs.clear();
+  for (int e = 0; e < n_expert; ++e) {
+    const int32_t n = offsets[e + 1] - offsets[e];
+    if (n == 0) continue;
+    kernels::MatMulJob j;
+    j.w = L.ffn_down_exps.Expert(e);
+    j.x = &a_ff;
+    j.n_rows = n;
+    j.x_rows = rows_y + offsets[e];
+    j.y = down;
+    j.ldy = E;
+    j.y_rows = rows_y + offsets[e];
+    jobs.push_back(j);
+  }
+  if (shared) {
+    kernels::Activations& a_sh =
+        Prepare(ctx.acts_main_, L.ffn_down_shexp.type, hg + T * k * n_ff, T, hp_.n_ff_shexp, n_ff, pool);
+    kernels::MatMulJob j;
+    j.w = L.ffn_down_shexp;
+    j.x = &a_sh;
+    j.n_rows = T;
+    j.y = sh;
+    j.ldy = E;
+    jobs.push_back(j);
+  }
+  kernels::MatMul(jobs, pool);
+
+  // Combine in selection order, then add the sigmoid-gated shared expert.
+  for (int64_t t = 0; t < T; ++t) {
+    float* out = cur + t * E;
+    std::memset(out, 0, sizeof(float) * E);
+    for (int j = 0; j < k; ++j) kernels::AddScaled(down + (t * k + j) * E, topk_w[t * k + j], out, E);
+    if (shared) {
+      const float* ht = h + t * E;
+      double dot = 0.0;
+      for (int64_t i = 0; i < E; ++i) dot += static_cast<double>(L.ffn_gate_inp_shexp[i]) * ht[i];
+      const float gate = 1.0f / (1.0f + std::exp(-static_cast<float>(dot)));
+      kernels::AddScaled(sh + t * E, gate, out, E);
+    }
+  }
+}
+
+}  // namespace crossword::model

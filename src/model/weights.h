@@ -1,0 +1,93 @@
+// Weight tensors of a clover_moe / qwen35moe network: located, shape/type-checked against the
+// hyperparameters, and the official file's quirks resolved once, at load.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "model/hparams.h"
+
+namespace crossword::model {
+
+/// Which of the three known differences between DiffuSpace's official Clover GGUF ("fork layout")
+/// and the layout upstream llama.cpp expects are present (../shared/clover-facts.md).
+struct LayoutReport {
+  bool shared_count_missing = false;   ///< 1: `<arch>.expert_shared_count` absent
+  int n_diffusion_tensors = 0;         ///< 2: ssm_bd_history.{weight,bias}, ssm_bd_logit_scale, ssm_conv1d.weight_right
+  bool ssm_a_raw = false;              ///< 3: blk.N.ssm_a holds raw A_log (converted at load)
+  bool official() const { return shared_count_missing || n_diffusion_tensors > 0 || ssm_a_raw; }
+  /// One line: "official (fork) layout: ..." or "upstream layout".
+  std::string Describe() const;
+};
+
+/// The routed experts' stacked 3-D tensor {n_in, n_out, n_expert}: expert e is a Matrix.
+struct ExpertTensor {
+  kernels::Matrix first;   ///< expert 0
+  size_t expert_stride = 0;  ///< bytes between experts
+  kernels::Matrix Expert(int e) const {
+    kernels::Matrix m = first;
+    m.data = static_cast<const std::byte*>(first.data) + static_cast<size_t>(e) * expert_stride;
+    return m;
+  }
+};
+
+/// One trunk layer. Small vectors are owned F32 copies; matrices point into the GGUF mapping.
+struct LayerWeights {
+  bool recurrent = false;
+  std::vector<float> attn_norm;            ///< {n_embd}, holds (1 + w) already
+  std::vector<float> post_attention_norm;  ///< {n_embd}
+
+  // Gated attention (recurrent == false).
+  kernels::Matrix attn_q;       ///< {n_embd, n_head * head_dim * 2}: per head [q | gate]
+  kernels::Matrix attn_k;       ///< {n_embd, n_head_kv * head_dim}
+  kernels::Matrix attn_v;       ///< {n_embd, n_head_kv * head_dim}
+  kernels::Matrix attn_output;  ///< {n_head * head_dim, n_embd}
+  std::vector<float> attn_q_norm;  ///< {head_dim}
+  std::vector<float> attn_k_norm;  ///< {head_dim}
+
+  // Gated DeltaNet (recurrent == true).
+  kernels::Matrix attn_qkv;   ///< {n_embd, conv_dim}: [q (k-heads) | k (k-heads) | v (v-heads, tiled)]
+  kernels::Matrix attn_gate;  ///< {n_embd, d_inner}: z
+  kernels::Matrix ssm_beta;   ///< {n_embd, n_v_heads}
+  kernels::Matrix ssm_alpha;  ///< {n_embd, n_v_heads}
+  kernels::Matrix ssm_out;    ///< {d_inner, n_embd}
+  std::vector<float> ssm_dt_bias;  ///< {n_v_heads}
+  std::vector<float> ssm_a;        ///< {n_v_heads}, always -exp(A_log) after load
+  std::vector<float> ssm_conv1d;   ///< {K, conv_dim}: channel c taps at [c*K, c*K+K)
+  std::vector<float> ssm_norm;     ///< {d_state}, NOT +1 (gated RMSNorm weight, as stored)
+
+  // Mixture of experts.
+  kernels::Matrix ffn_gate_inp;  ///< router {n_embd, n_expert}
+  ExpertTensor ffn_gate_exps;    ///< {n_embd, n_ff_exp, n_expert}
+  ExpertTensor ffn_up_exps;      ///< {n_embd, n_ff_exp, n_expert}
+  ExpertTensor ffn_down_exps;    ///< {n_ff_exp, n_embd, n_expert}
+  std::vector<float> ffn_gate_inp_shexp;  ///< {n_embd}: shared-expert gate logit weights
+  kernels::Matrix ffn_gate_shexp;  ///< {n_embd, n_ff_shexp}
+  kernels::Matrix ffn_up_shexp;    ///< {n_embd, n_ff_shexp}
+  kernels::Matrix ffn_down_shexp;  ///< {n_ff_shexp, n_embd}
+};
+
+/// All weights of the network.
+struct Weights {
+  const std::byte* token_embd = nullptr;  ///< {n_embd, n_vocab} rows, any dequantizable type
+  GgmlType token_embd_type = GgmlType::kF32;
+  size_t token_embd_row_bytes = 0;
+  std::vector<float> output_norm;  ///< {n_embd}
+  kernels::Matrix output;          ///< {n_embd, n_vocab}; token_embd when output.weight is absent
+  std::vector<LayerWeights> layers;
+  LayoutReport layout;
+};
+
+/// Finds, checks and prepares every tensor. `hp.n_vocab` is set from token_embd's row count.
+/// Checks: every required tensor present with the exact shape (ggml order) implied by `hp`;
+/// matrices of a type the kernels multiply (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); vectors of a
+/// dequantizable type. Quirks resolved here (logged once): official layout's raw A_log -> -exp,
+/// diffusion-only tensors recognised and left unused, nextn (MTP) blocks ignored.
+/// Throws crossword::Error naming the tensor, expected vs actual shape/type, and what to do.
+Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger);
+
+}  // namespace crossword::model
