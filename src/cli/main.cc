@@ -5,12 +5,14 @@
 #include <exception>
 
 #include "base/error.h"
+#include "tokenizer/tokenizer_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"crossword: inference engine for block-diffusion language models (Clover, qwen35moe)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "crossword 0.1.0");
   // Subcommand registration (one call per contributing library).
+  crossword::tokenizer::RegisterTokenizerCommands(app);
 
   try {
     app.parse(argc, argv);
