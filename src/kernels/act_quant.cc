@@ -22,6 +22,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace crossword::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+namespace {  // per-target helpers stay private to this file
 
 // x -> binary16, round to nearest even (vcvtps2ph on x86 targets).
 void RowToF16(const float* x, int64_t n, uint16_t* out) {
@@ -152,6 +153,7 @@ void PrepareRowsImpl(ActFormat format, const float* x, int64_t r0, int64_t r1, i
   }
 }
 
+}  // namespace
 }  // namespace crossword::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -25,6 +25,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace crossword::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+namespace {  // per-target helpers stay private to this file
 
 // ------------------------------------------------------------------ float weights (F32/F16/BF16)
 
@@ -263,6 +264,7 @@ void MatMulTileImpl(const MatMulJob& job, int64_t o0, int64_t o1) {
 
 int64_t TargetOfThisCode() { return HWY_TARGET; }
 
+}  // namespace
 }  // namespace crossword::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

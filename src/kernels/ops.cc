@@ -31,6 +31,7 @@ enum class Binary { kSiluMul, kAdd, kMul, kAxpy, kScale };
 HWY_BEFORE_NAMESPACE();
 namespace crossword::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+namespace {  // per-target helpers stay private to this file
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 using detail::Binary;
@@ -273,6 +274,7 @@ void Conv1dChannels(const Conv1dArgs& a, int64_t c0, int64_t c1) {
   }
 }
 
+}  // namespace
 }  // namespace crossword::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

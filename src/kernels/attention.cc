@@ -1,0 +1,175 @@
+// Flash-style attention (online softmax over chunks of 16 keys) for T queries of one sequence
+// with an F16 or F32 KV cache, vectorized per Highway target, parallel over (token block, kv head).
+// clang-format off
+#include "kernels/hwy_config.h"  // must precede every Highway header
+// clang-format on
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "base/fp16.h"
+#include "kernels/kernels.h"
+#include "kernels/ref.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention.cc"
+// clang-format off
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"  // after highway.h
+// clang-format on
+
+#ifndef CROSSWORD_KERNELS_ATTENTION_CONSTANTS
+#define CROSSWORD_KERNELS_ATTENTION_CONSTANTS
+namespace crossword::kernels::detail {
+constexpr int kKeyChunk = 16;  // keys converted to f32 and scored together
+constexpr int kMaxQRows = 16;  // query rows (tokens x heads of one kv head) per task
+constexpr int kMaxHeadDim = 512;
+}  // namespace crossword::kernels::detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace crossword::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {  // per-target helpers stay private to this file
+using detail::kKeyChunk;
+using detail::kMaxHeadDim;
+using detail::kMaxQRows;
+
+// dst[0, n) = the kv row at src (F16 or F32) as floats.
+void LoadKvRow(const void* src, GgmlType type, int64_t n, float* HWY_RESTRICT dst) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = hn::Lanes(d);
+  int64_t i = 0;
+  if (type == GgmlType::kF32) {
+    std::copy(static_cast<const float*>(src), static_cast<const float*>(src) + n, dst);
+    return;
+  }
+  const auto* h = static_cast<const hwy::float16_t*>(src);
+  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+  for (; i + N <= n; i += N) hn::Store(hn::PromoteTo(d, hn::LoadU(dh, h + i)), d, dst + i);
+  for (; i < n; ++i) dst[i] = F16ToF32(static_cast<const uint16_t*>(src)[i]);
+}
+
+float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = hn::Lanes(d);
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    s0 = hn::MulAdd(hn::Load(d, a + i), hn::Load(d, b + i), s0);
+    s1 = hn::MulAdd(hn::Load(d, a + i + N), hn::Load(d, b + i + N), s1);
+  }
+  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::Load(d, a + i), hn::Load(d, b + i), s0);
+  float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Queries of tokens [t0, t1) and the heads of kv head g.
+void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = hn::Lanes(d);
+  const int64_t D = a.head_dim;
+  const int64_t Dp = (D + N - 1) / N * N;  // padded row length (pads stay zero)
+  const int group = a.n_head / a.n_head_kv;
+  const int nq = static_cast<int>(t1 - t0) * group;
+  const int64_t qhs = a.q_head_stride ? a.q_head_stride : D;
+  const int64_t ohs = a.out_head_stride ? a.out_head_stride : D;
+  const float scale = a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(D));
+
+  alignas(64) float q[kMaxQRows][kMaxHeadDim];
+  alignas(64) float acc[kMaxQRows][kMaxHeadDim];
+  alignas(64) float kf[kKeyChunk][kMaxHeadDim];
+  alignas(64) float vf[kKeyChunk][kMaxHeadDim];
+  alignas(64) float s[kKeyChunk];
+  float m[kMaxQRows], l[kMaxQRows];
+  int64_t kv_len[kMaxQRows];
+  int64_t max_len = 0;
+  for (int i = 0; i < nq; ++i) {
+    const int64_t t = t0 + i / group;
+    const int h = g * group + i % group;
+    const float* src = a.q + t * a.ldq + h * qhs;
+    for (int64_t j = 0; j < Dp; ++j) q[i][j] = j < D ? src[j] * scale : 0.0f;
+    std::fill(acc[i], acc[i] + Dp, 0.0f);
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+    kv_len[i] = a.causal ? a.n_past + t + 1 : a.n_past + a.T;
+    max_len = std::max(max_len, kv_len[i]);
+  }
+  for (int j = 0; j < kKeyChunk; ++j) std::fill(kf[j] + D, kf[j] + Dp, 0.0f);
+  for (int j = 0; j < kKeyChunk; ++j) std::fill(vf[j] + D, vf[j] + Dp, 0.0f);
+  const size_t esize = a.kv_type == GgmlType::kF16 ? 2 : 4;
+  const auto* kbase = static_cast<const uint8_t*>(a.k);
+  const auto* vbase = static_cast<const uint8_t*>(a.v);
+
+  for (int64_t p0 = 0; p0 < max_len; p0 += kKeyChunk) {
+    const int n = static_cast<int>(std::min<int64_t>(kKeyChunk, max_len - p0));
+    for (int j = 0; j < n; ++j) {
+      const int64_t p = p0 + j;
+      LoadKvRow(kbase + (p * a.ldk + g * D) * esize, a.kv_type, D, kf[j]);
+      LoadKvRow(vbase + (p * a.ldv + g * D) * esize, a.kv_type, D, vf[j]);
+    }
+    for (int i = 0; i < nq; ++i) {
+      const int nk = static_cast<int>(std::min<int64_t>(n, kv_len[i] - p0));
+      if (nk <= 0) continue;
+      float cmax = -INFINITY;
+      for (int j = 0; j < nk; ++j) {
+        s[j] = Dot(q[i], kf[j], Dp);
+        cmax = std::max(cmax, s[j]);
+      }
+      const float m_new = std::max(m[i], cmax);
+      const float corr = std::exp(m[i] - m_new);  // 0 on the first chunk (m = -inf)
+      float psum = 0.0f;
+      for (int j = 0; j < kKeyChunk; j += static_cast<int>(N)) {
+        auto e = hn::Exp(d, hn::Sub(hn::Load(d, s + j), hn::Set(d, m_new)));
+        const auto valid =
+            hn::Lt(hn::Iota(d, static_cast<float>(j)), hn::Set(d, static_cast<float>(nk)));
+        e = hn::IfThenElseZero(valid, e);
+        hn::Store(e, d, s + j);
+        psum += hn::GetLane(hn::SumOfLanes(d, e));
+      }
+      l[i] = l[i] * corr + psum;
+      m[i] = m_new;
+      const auto vc = hn::Set(d, corr);
+      for (int64_t c = 0; c < Dp; c += N) {
+        auto o = hn::Mul(hn::Load(d, acc[i] + c), vc);
+        for (int j = 0; j < nk; ++j) o = hn::MulAdd(hn::Set(d, s[j]), hn::Load(d, vf[j] + c), o);
+        hn::Store(o, d, acc[i] + c);
+      }
+    }
+  }
+  for (int i = 0; i < nq; ++i) {
+    const int64_t t = t0 + i / group;
+    const int h = g * group + i % group;
+    float* out = a.out + t * a.ldo + h * ohs;
+    const float inv = 1.0f / l[i];
+    for (int64_t j = 0; j < D; ++j) out[j] = acc[i][j] * inv;
+  }
+}
+
+}  // namespace
+}  // namespace crossword::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace crossword::kernels {
+HWY_EXPORT(AttentionTask);
+
+void Attention(const AttentionArgs& args, ThreadPool& pool) {
+  ref::CheckAttentionArgs(args);
+  const int group = args.n_head / args.n_head_kv;
+  Check(group <= detail::kMaxQRows, "Attention: {} query heads per kv head exceed the limit {}",
+        group, detail::kMaxQRows);
+  const int64_t tb = std::max(1, detail::kMaxQRows / group);  // tokens per task
+  const int64_t n_tb = (args.T + tb - 1) / tb;
+  pool.ParallelFor(n_tb * args.n_head_kv, [&](int64_t task, int) {
+    const int64_t t0 = (task / args.n_head_kv) * tb;
+    const int g = static_cast<int>(task % args.n_head_kv);
+    HWY_DYNAMIC_DISPATCH(AttentionTask)(args, t0, std::min(args.T, t0 + tb), g);
+  });
+}
+
+}  // namespace crossword::kernels
+#endif  // HWY_ONCE
