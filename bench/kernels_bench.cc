@@ -76,7 +76,7 @@ void BM_MatVec(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int64_t n_in = 2048;
   const size_t rb = *RowBytes(type, n_in);
-  const int64_t n_out = state.range(2) ? 512
+  const int64_t n_out = state.range(2)              ? 512
                         : (type == GgmlType::kQ8_0) ? 248320
                                                     : (540LL << 20) / rb;
   const auto w = MakeWeights(type, n_in, n_out);
@@ -122,11 +122,11 @@ void BM_MatMul(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(std::string(TypeName(type)) + " " + CurrentTargetName());
-  state.counters["Gop/s"] = benchmark::Counter(2.0 * n_rows * n_in * n_out,
-                                               benchmark::Counter::kIsIterationInvariantRate,
-                                               benchmark::Counter::kIs1000);
-  state.counters["rows/s"] =
-      benchmark::Counter(static_cast<double>(n_rows), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["Gop/s"] =
+      benchmark::Counter(2.0 * n_rows * n_in * n_out, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(n_rows),
+                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_MatMul)
     // GDN attn_qkv (2048 -> 8192) over a 512-token prompt, and one routed expert's gate
@@ -135,6 +135,144 @@ BENCHMARK(BM_MatMul)
     ->ArgsProduct({{3, 4}, {16}, {2048}, {512}, {1, 2}})
     ->ArgsProduct({{1, 2}, {64}, {2048}, {2048}, {2}})
     ->ArgNames({"type", "rows", "n_in", "n_out", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Gated delta rule at Clover widths (16 k-heads, 32 v-heads, 128 x 128 state per head).
+// Args: T, mode (1 recurrent, 2 chunked), threads.
+void BM_GatedDeltaRule(benchmark::State& state) {
+  const int64_t T = state.range(0);
+  const int nk = 16, nv = 32;
+  const int64_t dk = 128, dv = 128;
+  auto q = MakeActs(T * nk * dk), k = MakeActs(T * nk * dk), v = MakeActs(T * nv * dv);
+  for (auto* x : {&q, &k}) {
+    for (int64_t r = 0; r < T * nk; ++r) L2Norm(x->data() + r * dk, dk, 1e-6f);
+  }
+  std::vector<float> g(T * nv, -0.05f), beta(T * nv, 0.5f), st(nv * dv * dk, 0.0f);
+  std::vector<float> out(T * nv * dv);
+  ThreadPool pool(static_cast<int>(state.range(2)));
+  GdnArgs a;
+  a.T = T;
+  a.n_k_heads = nk;
+  a.n_v_heads = nv;
+  a.dk = dk;
+  a.dv = dv;
+  a.q = q.data();
+  a.k = k.data();
+  a.ldq = a.ldk = nk * dk;
+  a.v = v.data();
+  a.ldv = nv * dv;
+  a.g = g.data();
+  a.beta = beta.data();
+  a.ldg = nv;
+  a.state = st.data();
+  a.out = out.data();
+  a.ldo = nv * dv;
+  a.mode = static_cast<GdnMode>(state.range(1));
+  for (auto _ : state) {
+    GatedDeltaRule(a, pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GatedDeltaRule)
+    ->ArgsProduct({{1, 64, 512}, {1, 2}, {2}})
+    ->ArgNames({"T", "mode", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Attention at Clover widths (16 q heads interleaved with gates, 2 kv heads, head_dim 256, F16
+// cache). Args: T, n_past, threads. T = 1 is a decode step; T = 512, n_past = 0 a prompt.
+void BM_Attention(benchmark::State& state) {
+  const int64_t T = state.range(0), n_past = state.range(1);
+  const int n_head = 16, n_head_kv = 2;
+  const int64_t D = 256, n_kv = n_past + T;
+  const auto q = MakeActs(T * n_head * 2 * D);
+  std::vector<uint16_t> kv(n_kv * n_head_kv * D);
+  const auto kvf = MakeActs(kv.size());
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = F32ToF16(kvf[i]);
+  std::vector<float> out(T * n_head * D);
+  ThreadPool pool(static_cast<int>(state.range(2)));
+  AttentionArgs a;
+  a.q = q.data();
+  a.ldq = n_head * 2 * D;
+  a.q_head_stride = 2 * D;
+  a.k = a.v = kv.data();
+  a.kv_type = GgmlType::kF16;
+  a.ldk = a.ldv = n_head_kv * D;
+  a.out = out.data();
+  a.ldo = n_head * D;
+  a.T = T;
+  a.n_past = n_past;
+  a.n_head = n_head;
+  a.n_head_kv = n_head_kv;
+  a.head_dim = D;
+  for (auto _ : state) {
+    Attention(a, pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Attention)
+    ->Args({1, 512, 2})
+    ->Args({1, 8192, 2})
+    ->Args({512, 0, 2})
+    ->ArgNames({"T", "n_past", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Causal conv1d + SiLU over the 8192 GDN channels. Args: T, threads.
+void BM_Conv1d(benchmark::State& state) {
+  const int64_t T = state.range(0), C = 8192;
+  const int K = 4;
+  const auto x = MakeActs(T * C), w = MakeActs(C * K);
+  std::vector<float> st((K - 1) * C, 0.0f), y(T * C);
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  for (auto _ : state) {
+    CausalConv1dSilu({x.data(), C, T, C, K, w.data(), st.data(), y.data(), C, true}, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Conv1d)->Args({1, 1})->Args({512, 2})->ArgNames({"T", "threads"})->UseRealTime();
+
+// Memory read bandwidth of this machine right now (plain vector sum over 540 MB per thread
+// count): the ceiling the BM_MatVec GB/s figures are measured against. Args: threads.
+void BM_MemRead(benchmark::State& state) {
+  const size_t n = (540ull << 20) / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  std::vector<double> partial(pool.size());
+  for (auto _ : state) {
+    pool.RunOnEachThread([&](int t) {
+      const size_t per = n / pool.size();
+      const float* p = buf.data() + per * t;
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+      for (size_t i = 0; i + 8 <= per; i += 8) {
+        s0 += p[i];
+        s1 += p[i + 1];
+        s2 += p[i + 2];
+        s3 += p[i + 3];
+        s4 += p[i + 4];
+        s5 += p[i + 5];
+        s6 += p[i + 6];
+        s7 += p[i + 7];
+      }
+      partial[t] = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(n * sizeof(float)),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MemRead)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("threads")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

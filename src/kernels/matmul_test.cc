@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/fp16.h"
+#include "core/quant.h"
 #include "core/quant_blocks.h"
 #include "kernels/kernels.h"
 #include "kernels/ref.h"
@@ -92,17 +93,17 @@ std::vector<float> RandomActs(int64_t n_rows, int64_t n_in, std::mt19937& rng) {
 double AbsDot(GgmlType type, const uint8_t* wrow, const Activations& act, int64_t r) {
   const int64_t n = act.n_in();
   std::vector<float> w(n), x(n);
-  ref::DequantizeRow(type, wrow, w.data(), n);
+  DequantizeRow(type, wrow, w.data(), n);
   const uint8_t* row = act.row(r);
   switch (act.format()) {
     case ActFormat::kF32:
       std::memcpy(x.data(), row, 4 * n);
       break;
     case ActFormat::kF16:
-      ref::DequantizeRow(GgmlType::kF16, row, x.data(), n);
+      DequantizeRow(GgmlType::kF16, row, x.data(), n);
       break;
     case ActFormat::kBF16:
-      ref::DequantizeRow(GgmlType::kBF16, row, x.data(), n);
+      DequantizeRow(GgmlType::kBF16, row, x.data(), n);
       break;
     default: {
       const int64_t bs = act.format() == ActFormat::kQ8_0 ? 32 : 256;
@@ -209,7 +210,8 @@ TEST(MatMul, GatherScatterRowsInOneRegion) {
   }
 }
 
-// The twins themselves: block-wise integer dot == double dot of the dequantized operands.
+// The twins themselves: block-wise integer dot == double dot of the operands dequantized by
+// core's DequantizeRow (bit-exact with ggml, checked against it in core's tests).
 TEST(MatMulRef, DotRowEqualsDequantizedDoubleDot) {
   std::mt19937 rng(3);
   for (const Case& c : kCases) {
@@ -222,7 +224,7 @@ TEST(MatMulRef, DotRowEqualsDequantizedDoubleDot) {
     std::vector<float> wf(c.n_in), xf(c.n_in);
     for (int64_t r = 0; r < 4; ++r) {
       for (int o = 0; o < 3; ++o) {
-        ref::DequantizeRow(c.type, w.data() + o * rb, wf.data(), c.n_in);
+        DequantizeRow(c.type, w.data() + o * rb, wf.data(), c.n_in);
         const uint8_t* row = act.row(r);
         double want = 0.0;
         for (int64_t k = 0; k < c.n_in; ++k) {
@@ -281,6 +283,48 @@ TEST(PrepareActivations, BitExactWithScalarTwinOnEveryTarget) {
       }
     }
   }
+}
+
+// Activation quantization against core's QuantizeRow (an independent, ggml-exact reference):
+// Q8_K bit-exact; Q8_0 uses ggml's x86 form (q = nearest-even(x * 127/amax)) where the
+// reference rounds x/d half away from zero, so quants may differ by one on rounding ties only.
+TEST(PrepareActivations, AgreesWithCoreQuantizeRow) {
+  std::mt19937 rng(5);
+  const int64_t n = 1024;
+  const auto x = RandomActs(3, n, rng);
+  Activations act;
+  act.Reserve(3, n);
+  ThreadPool pool(1);
+  PrepareActivations(GgmlType::kQ4_K, x.data(), 3, n, n, act, pool);
+  for (int64_t r = 0; r < 3; ++r) {
+    std::vector<BlockQ8_K> blocks(n / 256);
+    QuantizeRow(GgmlType::kQ8_K, x.data() + r * n, blocks.data(), n);
+    const uint8_t* row = act.row(r);
+    for (int64_t b = 0; b < n / 256; ++b) {
+      EXPECT_EQ(reinterpret_cast<const float*>(row + act.scale_offset())[b], blocks[b].d);
+      EXPECT_EQ(std::memcmp(row + b * 256, blocks[b].qs, 256), 0) << "row " << r << " block " << b;
+      EXPECT_EQ(std::memcmp(row + act.sums_offset() + b * 32, blocks[b].bsums, 32), 0);
+    }
+  }
+  PrepareActivations(GgmlType::kQ8_0, x.data(), 3, n, n, act, pool);
+  int64_t differing = 0;
+  for (int64_t r = 0; r < 3; ++r) {
+    std::vector<BlockQ8_0> blocks(n / 32);
+    QuantizeRow(GgmlType::kQ8_0, x.data() + r * n, blocks.data(), n);
+    const uint8_t* row = act.row(r);
+    for (int64_t b = 0; b < n / 32; ++b) {
+      EXPECT_EQ(reinterpret_cast<const float*>(row + act.scale_offset())[b], F16ToF32(blocks[b].d));
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        const int q = reinterpret_cast<const int8_t*>(row)[b * 32 + j];
+        EXPECT_LE(std::abs(q - blocks[b].qs[j]), 1);
+        differing += q != blocks[b].qs[j];
+        sum += q;
+      }
+      EXPECT_EQ(reinterpret_cast<const int32_t*>(row + act.sums_offset())[b], -128 * sum);
+    }
+  }
+  EXPECT_LE(differing, 3 * n / 100) << "more than rounding ties differ";
 }
 
 TEST(Activations, RejectsTooSmallReservationAndBadShapes) {

@@ -271,67 +271,6 @@ void MatMul(const MatMulJob& job) {
   }
 }
 
-void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
-  switch (type) {
-    case GgmlType::kF32:
-      std::memcpy(dst, src, sizeof(float) * n);
-      return;
-    case GgmlType::kF16:
-      for (int64_t k = 0; k < n; ++k) dst[k] = F16ToF32(static_cast<const uint16_t*>(src)[k]);
-      return;
-    case GgmlType::kBF16:
-      for (int64_t k = 0; k < n; ++k) dst[k] = BF16ToF32(static_cast<const uint16_t*>(src)[k]);
-      return;
-    case GgmlType::kQ8_0:
-      for (int64_t b = 0; b < n / kQK8_0; ++b) {
-        const auto& blk = static_cast<const BlockQ8_0*>(src)[b];
-        for (int j = 0; j < kQK8_0; ++j) dst[b * kQK8_0 + j] = F16ToF32(blk.d) * blk.qs[j];
-      }
-      return;
-    case GgmlType::kQ4_0:
-      for (int64_t b = 0; b < n / kQK4_0; ++b) {
-        const auto& blk = static_cast<const BlockQ4_0*>(src)[b];
-        const float d = F16ToF32(blk.d);
-        for (int j = 0; j < kQK4_0 / 2; ++j) {
-          dst[b * kQK4_0 + j] = ((blk.qs[j] & 0xF) - 8) * d;
-          dst[b * kQK4_0 + j + 16] = ((blk.qs[j] >> 4) - 8) * d;
-        }
-      }
-      return;
-    case GgmlType::kQ4_K:
-      for (int64_t b = 0; b < n / kQK_K; ++b) {
-        const auto& blk = static_cast<const BlockQ4_K*>(src)[b];
-        const float d = F16ToF32(blk.d), dmin = F16ToF32(blk.dmin);
-        float* y = dst + b * kQK_K;
-        for (int j = 0; j < 8; ++j) {
-          int sc, m;
-          ScaleMinK4(j, blk.scales, &sc, &m);
-          const float d1 = d * sc, m1 = dmin * m;
-          for (int l = 0; l < 32; ++l) {
-            const uint8_t byte = blk.qs[(j / 2) * 32 + l];
-            y[j * 32 + l] = d1 * ((j % 2 == 0) ? (byte & 0xF) : (byte >> 4)) - m1;
-          }
-        }
-      }
-      return;
-    case GgmlType::kQ6_K:
-      for (int64_t b = 0; b < n / kQK_K; ++b) {
-        const auto& blk = static_cast<const BlockQ6_K*>(src)[b];
-        const float d = F16ToF32(blk.d);
-        for (int e = 0; e < kQK_K; ++e) {
-          const int h = e / 128, quarter = (e % 128) / 32, l = e % 32;
-          const uint8_t ql = blk.ql[h * 64 + (quarter % 2) * 32 + l];
-          const int lo = quarter < 2 ? (ql & 0xF) : (ql >> 4);
-          const int hi = (blk.qh[h * 32 + l] >> (2 * quarter)) & 3;
-          dst[b * kQK_K + e] = d * blk.scales[e / 16] * ((lo | (hi << 4)) - 32);
-        }
-      }
-      return;
-    default:
-      Fail("kernels::ref::DequantizeRow: type {} is not supported", TypeName(type));
-  }
-}
-
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);

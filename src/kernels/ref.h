@@ -34,11 +34,6 @@ double DotRow(GgmlType type, const void* w, const Activations& x, int64_t r);
 /// shape/format mismatch.
 void MatMul(const MatMulJob& job);
 
-/// Dequantizes n elements (a multiple of the type's block size) of a weight row to floats, by
-/// the GGUF block formulas (ggml-quants.c dequantize_row_*). Supports F32, F16, BF16, Q8_0,
-/// Q4_0, Q4_K, Q6_K; throws crossword::Error otherwise.
-void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
-
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void L2Norm(float* x, int64_t n, float eps);
 void Softmax(float* x, int64_t n);
