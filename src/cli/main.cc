@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "tokenizer/tokenizer_commands.h"
+#include "tools/gguf_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"crossword: inference engine for block-diffusion language models (Clover, qwen35moe)"};
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "crossword 0.1.0");
   // Subcommand registration (one call per contributing library).
   crossword::tokenizer::RegisterTokenizerCommands(app);
+  crossword::tools::RegisterGgufCommands(app);
 
   try {
     app.parse(argc, argv);
