@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "base/error.h"
+#include "chat/chat_commands.h"
 #include "tokenizer/tokenizer_commands.h"
 #include "tools/gguf_commands.h"
 
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "crossword 0.1.0");
   // Subcommand registration (one call per contributing library).
   crossword::tokenizer::RegisterTokenizerCommands(app);
+  crossword::chat::RegisterChatCommands(app);
   crossword::tools::RegisterGgufCommands(app);
 
   try {
