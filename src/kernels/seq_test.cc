@@ -197,7 +197,9 @@ TEST(GatedDeltaRule, SplitCallsCarryTheState) {
   const int64_t T = 80;
   const GdnData d(T, 16, 32, 128, 128, 99);
   std::vector<float> out1(T * d.nv * d.dv), out2(out1.size()), s1 = d.state, s2 = d.state;
-  GatedDeltaRule(d.Args(s1.data(), out1.data(), 0, T), pool);  // auto: chunked (T >= 64)
+  GdnArgs whole = d.Args(s1.data(), out1.data(), 0, T);
+  whole.mode = GdnMode::kChunked;  // one call, chunks of 64 + 16
+  GatedDeltaRule(whole, pool);
   GatedDeltaRule(d.Args(s2.data(), out2.data(), 0, 30), pool);
   GatedDeltaRule(d.Args(s2.data(), out2.data(), 30, T - 30), pool);
   EXPECT_LT(MaxAbsDiff(out1, out2), 2e-4);
