@@ -340,6 +340,17 @@ TEST(Activations, RejectsTooSmallReservationAndBadShapes) {
   // F32 weights with Q8_0 activations: a format mismatch must be reported, not computed.
   EXPECT_THROW(MatMul(Matrix{GgmlType::kF32, 256, 4, w.data(), 1024}, act, y.data(), 4, pool),
                Error);
+  // A gather index outside the prepared rows is rejected before anything runs.
+  std::vector<uint8_t> wq(4 * sizeof(BlockQ8_0) * 8, 0);
+  const int32_t bad_rows[] = {0, 2};
+  const MatMulJob job{{GgmlType::kQ8_0, 256, 4, wq.data(), 8 * sizeof(BlockQ8_0)},
+                      &act,
+                      2,
+                      bad_rows,
+                      y.data(),
+                      4,
+                      nullptr};
+  EXPECT_THROW(MatMul(std::span<const MatMulJob>(&job, 1), pool), Error);
 }
 
 }  // namespace

@@ -253,6 +253,18 @@ void CheckMatMulJob(const MatMulJob& job, size_t index) {
   if (job.x_rows == nullptr) {
     Check(job.n_rows <= job.x->n_rows(), "MatMul job {}: n_rows {} > prepared rows {}", index,
           job.n_rows, job.x->n_rows());
+  } else {
+    for (int64_t i = 0; i < job.n_rows; ++i) {
+      Check(job.x_rows[i] >= 0 && job.x_rows[i] < job.x->n_rows(),
+            "MatMul job {}: x_rows[{}] = {} is outside the {} prepared rows", index, i,
+            job.x_rows[i], job.x->n_rows());
+    }
+  }
+  if (job.y_rows != nullptr) {
+    for (int64_t i = 0; i < job.n_rows; ++i) {
+      Check(job.y_rows[i] >= 0, "MatMul job {}: y_rows[{}] = {} is negative", index, i,
+            job.y_rows[i]);
+    }
   }
 }
 
