@@ -23,5 +23,15 @@ test: build
 test-asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan CMAKE_FLAGS="-DCROSSWORD_ASAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 
+# libFuzzer run of the GGUF reader (clang, ASan/UBSan) on a corpus seeded with synthesized files.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+	@cmake --build build-fuzz -j$(JOBS)
+	@mkdir -p build-fuzz/corpus && build-fuzz/gguf_fuzz_seeds build-fuzz/corpus
+	@build-fuzz/gguf_reader_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -rss_limit_mb=4096 \
+	  -print_final_stats=1 build-fuzz/corpus
+
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz
