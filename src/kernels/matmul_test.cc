@@ -126,8 +126,8 @@ const Case kCases[] = {
     {GgmlType::kF32, 100},   {GgmlType::kF32, 512},   {GgmlType::kF16, 77},
     {GgmlType::kF16, 640},   {GgmlType::kBF16, 99},   {GgmlType::kBF16, 512},
     {GgmlType::kQ8_0, 64},   {GgmlType::kQ8_0, 2304}, {GgmlType::kQ4_0, 96},
-    {GgmlType::kQ4_0, 2112}, {GgmlType::kQ4_K, 256},  {GgmlType::kQ4_K, 768},
-    {GgmlType::kQ6_K, 256},  {GgmlType::kQ6_K, 1024},
+    {GgmlType::kQ4_0, 2112}, {GgmlType::kQ4_K, 256},  {GgmlType::kQ4_K, 2304},
+    {GgmlType::kQ6_K, 256},  {GgmlType::kQ6_K, 2560},
 };
 
 TEST(MatMul, MatchesScalarTwinOnEveryTarget) {

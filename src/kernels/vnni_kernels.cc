@@ -15,19 +15,11 @@
 #include <cstring>
 
 #include "core/quant_blocks.h"
-
-#define CW_VNNI \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
-#define CW_BF16 \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-#if defined(__clang__)
-#define CW_UNROLL _Pragma("unroll")
-#else
-#define CW_UNROLL _Pragma("GCC unroll 16")
-#endif
+#include "kernels/vnni_util.h"
 
 namespace crossword::kernels::vnni {
 namespace {
+using namespace internal;  // NOLINT(build/namespaces): this file is the helpers' client
 
 constexpr int kOTile = 16;             // weight rows per repacked tile (one zmm of int32 outputs)
 constexpr int kChunkBlocks = 64;       // 2048 columns per repacked chunk: 32 KiB + 4 KiB, fits L1
@@ -39,47 +31,6 @@ struct alignas(64) Packed {
   uint8_t q[kChunkBlocks][8][64];
   float d[kChunkBlocks][kOTile];
 };
-
-inline int32_t Load32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// Resolves activation/output row pointers of rows [i0, i0 + R) of a job.
-struct RowPtrs {
-  const uint8_t* x;
-  float* y;
-};
-inline RowPtrs RowAt(const JobRows& rows, int64_t i) {
-  const int64_t xr = rows.x_rows ? rows.x_rows[i] : i;
-  const int64_t yr = rows.y_rows ? rows.y_rows[i] : i;
-  return {rows.x->row(xr), rows.y + yr * rows.ldy};
-}
-
-// A[j] lane l = 16 bytes of row j + 4l  ->  G[g] dword i = dword g of row i.
-CW_VNNI inline void Transpose4(const __m512i A[4], __m512i G[4]) {
-  const __m512i t0 = _mm512_unpacklo_epi32(A[0], A[1]);
-  const __m512i t1 = _mm512_unpackhi_epi32(A[0], A[1]);
-  const __m512i t2 = _mm512_unpacklo_epi32(A[2], A[3]);
-  const __m512i t3 = _mm512_unpackhi_epi32(A[2], A[3]);
-  G[0] = _mm512_unpacklo_epi64(t0, t2);
-  G[1] = _mm512_unpackhi_epi64(t0, t2);
-  G[2] = _mm512_unpacklo_epi64(t1, t3);
-  G[3] = _mm512_unpackhi_epi64(t1, t3);
-}
-
-CW_VNNI inline __m512i Load4x128(const uint8_t* const* rows, int j, size_t off) {
-  __m512i v =
-      _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + off)));
-  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 4] + off)),
-                         1);
-  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 8] + off)),
-                         2);
-  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 12] + off)),
-                         3);
-  return v;
-}
 
 // Repacks blocks [b0, b0 + nb) of weight rows w0 .. w0 + (nv-1)*rb (rows past nv repeat the last
 // valid row; their results are masked off). Q4_0 nibbles become u8 q + 120 = (q - 8) + 128.
@@ -349,19 +300,6 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
 
 namespace {
 
-// Unpacks the 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K block.
-inline void UnpackQ4KScales(const uint8_t* packed, uint32_t out[4]) {
-  uint32_t u[3];
-  std::memcpy(u, packed, 12);
-  const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-  out[0] = u[0] & m6;                                       // scales 0..3
-  out[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);         // scales 4..7
-  out[2] = u[1] & m6;                                       // mins 0..3
-  out[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);  // mins 4..7
-}
-
-CW_VNNI inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
-
 CW_VNNI inline float ReduceAdd256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -534,6 +472,7 @@ CW_BF16 void Bf16Rows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t 
 }  // namespace
 
 CW_VNNI void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
+  if (rows.n_rows >= 4) return KQuantPackedTile(w, rows, o0, o1);
   int64_t i = 0;
   for (; i + 4 <= rows.n_rows; i += 4) KQuantRows<4>(w, rows, i, o0, o1);
   switch (rows.n_rows - i) {

@@ -28,6 +28,10 @@ void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 /// each unpacked super-block. Requires AVX512 VNNI.
 void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 
+/// Q4_K/Q6_K weights with many activation rows: 16 weight rows x 2048 columns repacked once,
+/// then register tiles of up to 4 activation rows (called by KQuantTile for >= 4 rows).
+void KQuantPackedTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
+
 /// y[.][o0, o1) for BF16 weights and kBF16 activations with vdpbf16ps. Requires AVX512_BF16
 /// (check CpuHasAvx512Bf16() first).
 void Bf16Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);

@@ -1,0 +1,79 @@
+// Helpers shared by the VNNI kernel files (internal): target attributes, row pointers, the
+// 16-row transpose used by the repacking GEMMs, Q4_K scale unpacking. Include only from files
+// that are compiled for x86-64 and call these from functions with the same attributes.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/vnni_kernels.h"
+
+#define CW_VNNI \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define CW_BF16 \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#if defined(__clang__)
+#define CW_UNROLL _Pragma("unroll")
+#else
+#define CW_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+namespace crossword::kernels::vnni::internal {
+
+inline int32_t Load32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Resolves activation/output row pointers of rows [i0, i0 + R) of a job.
+struct RowPtrs {
+  const uint8_t* x;
+  float* y;
+};
+inline RowPtrs RowAt(const JobRows& rows, int64_t i) {
+  const int64_t xr = rows.x_rows ? rows.x_rows[i] : i;
+  const int64_t yr = rows.y_rows ? rows.y_rows[i] : i;
+  return {rows.x->row(xr), rows.y + yr * rows.ldy};
+}
+
+// A[j] lane l = 16 bytes of row j + 4l  ->  G[g] dword i = dword g of row i.
+CW_VNNI inline void Transpose4(const __m512i A[4], __m512i G[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi32(A[0], A[1]);
+  const __m512i t1 = _mm512_unpackhi_epi32(A[0], A[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(A[2], A[3]);
+  const __m512i t3 = _mm512_unpackhi_epi32(A[2], A[3]);
+  G[0] = _mm512_unpacklo_epi64(t0, t2);
+  G[1] = _mm512_unpackhi_epi64(t0, t2);
+  G[2] = _mm512_unpacklo_epi64(t1, t3);
+  G[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+CW_VNNI inline __m512i Load4x128(const uint8_t* const* rows, int j, size_t off) {
+  __m512i v =
+      _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j] + off)));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 4] + off)),
+                         1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 8] + off)),
+                         2);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[j + 12] + off)),
+                         3);
+  return v;
+}
+
+// Unpacks the 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K block.
+inline void UnpackQ4KScales(const uint8_t* packed, uint32_t out[4]) {
+  uint32_t u[3];
+  std::memcpy(u, packed, 12);
+  const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+  out[0] = u[0] & m6;                                       // scales 0..3
+  out[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);         // scales 4..7
+  out[2] = u[1] & m6;                                       // mins 0..3
+  out[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);  // mins 4..7
+}
+
+CW_VNNI inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
+
+}  // namespace crossword::kernels::vnni::internal
