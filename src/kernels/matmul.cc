@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "base/error.h"
 #include "base/fp16.h"
@@ -72,6 +73,10 @@ HWY_INLINE void DotFloatRows(const WT* HWY_RESTRICT w, const XT* const* x, int64
   }
 }
 
+// Half-precision activations are widened to f32 once per task (exact) when they fit this
+// stack buffer, instead of once per output row.
+constexpr int64_t kMaxWidenedIn = 8192;
+
 template <int R, class WT, class XT>
 void FloatRows(const MatMulJob& job, int64_t i0, int64_t o0, int64_t o1) {
   const XT* x[R];
@@ -81,13 +86,32 @@ void FloatRows(const MatMulJob& job, int64_t i0, int64_t o0, int64_t o1) {
     x[r] = reinterpret_cast<const XT*>(job.x->row(job.x_rows ? job.x_rows[i] : i));
     y[r] = job.y + (job.y_rows ? job.y_rows[i] : i) * job.ldy;
   }
+  const int64_t n = job.w.n_in;
   float out[R];
-  for (int64_t o = o0; o < o1; ++o) {
-    const auto* w =
-        reinterpret_cast<const WT*>(static_cast<const uint8_t*>(job.w.data) + o * job.w.row_bytes);
-    DotFloatRows<R>(w, x, job.w.n_in, out);
-    for (int r = 0; r < R; ++r) y[r][o] = out[r];
+  auto run = [&](const auto* const* xs) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const auto* w = reinterpret_cast<const WT*>(static_cast<const uint8_t*>(job.w.data) +
+                                                  o * job.w.row_bytes);
+      DotFloatRows<R>(w, xs, n, out);
+      for (int r = 0; r < R; ++r) y[r][o] = out[r];
+    }
+  };
+  if constexpr (!std::is_same_v<XT, float>) {
+    if (n <= kMaxWidenedIn && o1 - o0 > 1) {
+      const hn::ScalableTag<float> df;
+      const int64_t N = hn::Lanes(df);
+      HWY_ALIGN float buf[R][kMaxWidenedIn];
+      const float* xf[R];
+      for (int r = 0; r < R; ++r) {
+        int64_t k = 0;
+        for (; k + N <= n; k += N) hn::Store(LoadF(df, x[r] + k), df, buf[r] + k);
+        for (; k < n; ++k) buf[r][k] = ToF(x[r][k]);
+        xf[r] = buf[r];
+      }
+      return run(xf);
+    }
   }
+  run(x);
 }
 
 template <class WT, class XT>
