@@ -322,9 +322,7 @@ CW_VNNI void Q4KDot(const BlockQ4_K* blocks, int64_t nsb, const RowPtrs* rp, con
   const __m256i lo4 = _mm256_set1_epi8(0x0F);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const BlockQ4_K& blk = blocks[sb];
-    uint32_t sm[4];
-    UnpackQ4KScales(blk.scales, sm);
-    const __m128i smv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sm));
+    const __m128i smv = UnpackQ4KScalesV(blk.scales);
     const __m512i sc32 = _mm512_cvtepu8_epi32(smv);  // lanes 0..7 = scales (< 64)
     // mins duplicated per pair of bsums: madd(bsums, [m0 m0 m1 m1 ..]) = m_j * (sum of 32).
     const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smv, smv));

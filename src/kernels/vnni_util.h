@@ -76,4 +76,17 @@ inline void UnpackQ4KScales(const uint8_t* packed, uint32_t out[4]) {
 
 CW_VNNI inline float HalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 
+// The same unpacking in registers (no store-to-load round trip): bytes 0..7 scales, 8..15 mins.
+// Reads 16 bytes at `packed` (the 12 scale bytes and the first 4 quant bytes of the block).
+CW_VNNI inline __m128i UnpackQ4KScalesV(const uint8_t* packed) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i a = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // u0 u2 u1 u2
+  const __m128i b = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // u0 u0 u1 u1
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i high =
+      _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(b, 6), _mm_set1_epi32(0x03030303)), 4);
+  return _mm_or_si128(low, _mm_and_si128(high, _mm_setr_epi32(0, -1, 0, -1)));
+}
+
 }  // namespace crossword::kernels::vnni::internal
