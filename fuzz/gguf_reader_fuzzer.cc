@@ -20,7 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (auto s = kv.value.StringArray()) sink += s->size();
       if (auto v = kv.value.Int32Array()) sink += v->size();
       if (auto v = kv.value.Float32Array()) sink += v->size();
-      if (kv.value.is_array() && kv.value.array_size() > 0) sink += kv.value.At(0).ToString().size();
+      if (kv.value.is_array() && kv.value.array_size() > 0)
+        sink += kv.value.At(0).ToString().size();
     }
     (void)f.GetString("general.architecture");
     std::vector<float> row;

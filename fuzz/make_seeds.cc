@@ -50,8 +50,9 @@ void AllTypes(const std::string& out) {
   w.AddKeyValue("a.sections", gguf::Value::Int32s(i32));
   w.AddKeyValue("a.scores", gguf::Value::Float32s(f32));
   w.AddKeyValue("a.tokens", gguf::Value::Strings({"a", "Ġb", ""}));
-  w.AddKeyValue("a.nested", gguf::Value::Array(gguf::ValueType::kArray,
-                                               {gguf::Value::Int32s(i32), gguf::Value::Strings({"x"})}));
+  w.AddKeyValue("a.nested",
+                gguf::Value::Array(gguf::ValueType::kArray,
+                                   {gguf::Value::Int32s(i32), gguf::Value::Strings({"x"})}));
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
                             GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0,
                             GgmlType::kQ8_1, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
