@@ -24,6 +24,10 @@ using namespace internal;  // NOLINT(build/namespaces): this file is the helpers
 constexpr int kOTile = 16;             // weight rows per repacked tile (one zmm of int32 outputs)
 constexpr int kChunkBlocks = 64;       // 2048 columns per repacked chunk: 32 KiB + 4 KiB, fits L1
 constexpr int64_t kMaxDirectRows = 3;  // up to this many rows skip the repacking
+#ifndef CW_PREFETCH_ROWS
+#define CW_PREFETCH_ROWS 2
+#endif
+constexpr int64_t kPrefetchRows = CW_PREFETCH_ROWS;  // decode: software prefetch distance
 
 // One repacked tile: q[b][g] holds bytes 4g..4g+3 of block b for each of the 16 rows (lane i =
 // row i) as u8 = w + 128; d[b] holds the 16 rows' block scales.
@@ -184,6 +188,13 @@ CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int6
     int64_t b = 0;
     for (; b + 16 <= nb; b += 16) {
       const uint8_t* blk = wrow + b * kBs;
+      if constexpr (kPrefetchRows > 0) {
+        // The same 16 blocks a few rows ahead (never dereferenced; past the end is harmless).
+        const uint8_t* ahead = blk + kPrefetchRows * w.row_bytes;
+        CW_UNROLL for (int64_t line = 0; line < 16 * kBs; line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T0);
+        }
+      }
       __m512i u[R][4];
       CW_UNROLL for (int j = 0; j < 4; ++j) {
         const __m512i wa = PairWeights<kQ8>(blk + (4 * j) * kBs);
