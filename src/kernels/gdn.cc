@@ -83,9 +83,44 @@ HWY_INLINE void ScaleAxpy(float* HWY_RESTRICT y, float s, float a, const float* 
 // Tokens [t0, t1) of v-head hv, token by token, on the [dv][dk] state. Per token and value row
 // j: a = S_j.k, b = S_j.q (old state); d = (v_j - decay*a) * beta; S_j = decay*S_j + d*k;
 // o_j = scale * (decay*b + d * k.q)  — the update written out once per row.
+// Row loop with k and q held in V registers each (dk == V * lanes): one load and one store of
+// the state row per token, nothing else touches memory.
+template <int V>
+HWY_INLINE void RowsFixed(float* HWY_RESTRICT S, const float* HWY_RESTRICT q,
+                          const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float* o,
+                          int64_t dv, float decay, float beta, float kq, float scale) {
+  const DF d;
+  const int64_t N = hn::Lanes(d);
+  hn::Vec<DF> kv[V], qv[V];
+  for (int i = 0; i < V; ++i) {
+    kv[i] = hn::LoadU(d, k + i * N);
+    qv[i] = hn::LoadU(d, q + i * N);
+  }
+  const auto vdecay = hn::Set(d, decay);
+  for (int64_t j = 0; j < dv; ++j) {
+    float* row = S + j * V * N;
+    hn::Vec<DF> r[V];
+    auto sk = hn::Zero(d), sq = hn::Zero(d);
+    for (int i = 0; i < V; ++i) {
+      r[i] = hn::LoadU(d, row + i * N);
+      sk = hn::MulAdd(r[i], kv[i], sk);
+      sq = hn::MulAdd(r[i], qv[i], sq);
+    }
+    const float dj = (v[j] - decay * hn::GetLane(hn::SumOfLanes(d, sk))) * beta;
+    const auto vdj = hn::Set(d, dj);
+    for (int i = 0; i < V; ++i)
+      hn::StoreU(hn::MulAdd(kv[i], vdj, hn::Mul(r[i], vdecay)), d, row + i * N);
+    o[j] = scale * (decay * hn::GetLane(hn::SumOfLanes(d, sq)) + dj * kq);
+  }
+}
+
+// Tokens [t0, t1) of v-head hv, token by token, on the [dv][dk] state. Per token and value row
+// j: a = S_j.k, b = S_j.q (old state); d = (v_j - decay*a) * beta; S_j = decay*S_j + d*k;
+// o_j = scale * (decay*b + d * k.q)  — the update written out once per row.
 void RecurrentHead(const GdnArgs& a, int hv, int64_t t0, int64_t t1, float scale) {
   const int hk = hv % a.n_k_heads;
   const int64_t dk = a.dk, dv = a.dv;
+  const int64_t N = hn::Lanes(DF());
   float* S = a.state + static_cast<int64_t>(hv) * dv * dk;
   for (int64_t t = t0; t < t1; ++t) {
     const float* q = a.q + t * a.ldq + hk * dk;
@@ -95,13 +130,19 @@ void RecurrentHead(const GdnArgs& a, int hv, int64_t t0, int64_t t1, float scale
     const float decay = std::exp(a.g[t * a.ldg + hv]);
     const float beta = a.beta[t * a.ldg + hv];
     const float kq = Dot(k, q, dk);
-    for (int64_t j = 0; j < dv; ++j) {
-      float* row = S + j * dk;
-      float sk, sq;
-      Dot2(row, k, q, dk, &sk, &sq);
-      const float dj = (v[j] - decay * sk) * beta;
-      ScaleAxpy(row, decay, dj, k, dk);
-      o[j] = scale * (decay * sq + dj * kq);
+    if (dk == 8 * N) {  // Clover's 128 on AVX-512
+      RowsFixed<8>(S, q, k, v, o, dv, decay, beta, kq, scale);
+    } else if (dk == 4 * N) {
+      RowsFixed<4>(S, q, k, v, o, dv, decay, beta, kq, scale);
+    } else {
+      for (int64_t j = 0; j < dv; ++j) {
+        float* row = S + j * dk;
+        float sk, sq;
+        Dot2(row, k, q, dk, &sk, &sq);
+        const float dj = (v[j] - decay * sk) * beta;
+        ScaleAxpy(row, decay, dj, k, dk);
+        o[j] = scale * (decay * sq + dj * kq);
+      }
     }
     const int64_t slot = a.T - 1 - t;
     if (slot < a.n_snapshots) {
