@@ -85,7 +85,9 @@ void CheckWellFormed(const json& j, const std::string& what, int top) {
 
 TEST(LlamaOracle, SynthesizedFilesLoadAndGenerateInLlamaCpp) {
   const int top = 20;
-  const json ref = RunOracle(Synth("F32", "upstream"), kPrompt, 16, top);
+  const std::string f32 = Synth("F32", "upstream");
+  const json ref = RunOracle(f32, kPrompt, 16, top);
+  std::remove(f32.c_str());
   ASSERT_FALSE(ref.is_null());
   CheckWellFormed(ref, "F32", top);
   // Mean |logprob difference| over F32's top-5 tokens at every prompt position: a wrong block
@@ -93,7 +95,9 @@ TEST(LlamaOracle, SynthesizedFilesLoadAndGenerateInLlamaCpp) {
   const std::map<std::string, double> bound = {
       {"F16", 0.02}, {"BF16", 0.08}, {"Q8_0", 0.3}, {"Q4_K_M", 1.2}, {"Q4_0", 1.5}};
   for (const auto& [type, max_mean] : bound) {
-    const json j = RunOracle(Synth(type, "upstream"), kPrompt, 16, top);
+    const std::string path = Synth(type, "upstream");
+    const json j = RunOracle(path, kPrompt, 16, top);
+    std::remove(path.c_str());
     ASSERT_FALSE(j.is_null()) << type;
     CheckWellFormed(j, type, top);
     double sum = 0;
@@ -120,8 +124,10 @@ TEST(LlamaOracle, PatchedOfficialFileRunsLikeTheUpstreamOne) {
   const std::string official = Synth("Q4_0", "official");
   const std::string patched = ::testing::TempDir() + "/llama_patched.gguf";
   PatchToUpstream({official, patched, false}, Logger::Silent());
+  const std::string upstream = Synth("Q4_0", "upstream");
   const json a = RunOracle(patched, kPrompt, 16, 5);
-  const json b = RunOracle(Synth("Q4_0", "upstream"), kPrompt, 16, 5);
+  const json b = RunOracle(upstream, kPrompt, 16, 5);
+  for (const std::string& f : {official, patched, upstream}) std::remove(f.c_str());
   ASSERT_FALSE(a.is_null());
   CheckWellFormed(a, "patched", 5);
   EXPECT_EQ(a, b);

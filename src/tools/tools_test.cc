@@ -28,6 +28,16 @@ namespace {
 
 std::string Dir() { return ::testing::TempDir(); }
 
+// Removes the files the tests wrote (tiny models, a few MB each) when the test ends.
+class Cleanup : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    for (const std::string& f : FilesStartingWith("tt_")) std::remove((Dir() + "/" + f).c_str());
+  }
+
+ public:
+  static std::vector<std::string> FilesStartingWith(const std::string& prefix);
+};
+
 std::string Synth(const std::string& name, const std::string& arch, const std::string& layout,
                   const std::string& type = "F32", uint64_t seed = 1, int threads = 2) {
   SynthOptions o;
@@ -37,7 +47,7 @@ std::string Synth(const std::string& name, const std::string& arch, const std::s
   o.type = type;
   o.seed = seed;
   o.threads = threads;
-  o.output = Dir() + "/" + name;
+  o.output = Dir() + "/tt_" + name;
   Synthesize(o, Logger::Silent());
   return o.output;
 }
@@ -47,6 +57,10 @@ std::vector<char> Bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+std::vector<std::string> FilesStartingWith(const std::string& prefix) {
+  return Cleanup::FilesStartingWith(prefix);
+}
+
 std::vector<float> Floats(const gguf::TensorInfo& t) {
   std::vector<float> v(static_cast<size_t>(t.n_elements()));
   DequantizeRow(t.type, t.data, v.data(), t.n_elements());
@@ -54,7 +68,7 @@ std::vector<float> Floats(const gguf::TensorInfo& t) {
 }
 
 // Files in the test directory whose names start with `prefix`.
-std::vector<std::string> FilesStartingWith(const std::string& prefix) {
+std::vector<std::string> Cleanup::FilesStartingWith(const std::string& prefix) {
   std::vector<std::string> out;
   DIR* d = opendir(Dir().c_str());
   if (!d) return out;
@@ -153,7 +167,7 @@ TEST(Synth, DeterministicPerSeedAndIndependentOfThreads) {
 
 TEST(Patch, OutputMatchesInputExceptTheThreeFixes) {
   const std::string in_path = Synth("patch_in.gguf", "clover_moe", "official", "Q4_K_M");
-  const std::string out_path = Dir() + "/patch_out.gguf";
+  const std::string out_path = Dir() + "/tt_patch_out.gguf";
   const PatchResult r = PatchToUpstream({in_path, out_path, false}, Logger::Silent());
   EXPECT_FALSE(r.nothing_to_do);
   EXPECT_TRUE(r.key_added);
@@ -197,13 +211,13 @@ TEST(Patch, OutputMatchesInputExceptTheThreeFixes) {
 
 TEST(Patch, RefusesUpstreamNonCloverAndItsOwnInput) {
   const std::string up = Synth("refuse_up.gguf", "qwen35moe", "upstream");
-  const std::string out = Dir() + "/refuse_out.gguf";
+  const std::string out = Dir() + "/tt_refuse_out.gguf";
   std::remove(out.c_str());
   const PatchResult r = PatchToUpstream({up, out, false}, Logger::Silent());
   EXPECT_TRUE(r.nothing_to_do);
   EXPECT_EQ(std::fopen(out.c_str(), "rb"), nullptr) << "nothing to do must write nothing";
 
-  const std::string other = Dir() + "/refuse_llama.gguf";
+  const std::string other = Dir() + "/tt_refuse_llama.gguf";
   {
     gguf::Writer w(other);
     w.AddKeyValue("general.architecture", gguf::Value::String("llama"));
@@ -218,7 +232,7 @@ TEST(Patch, RefusesUpstreamNonCloverAndItsOwnInput) {
   const std::string off = Synth("refuse_off.gguf", "clover_moe", "official");
   const auto before = Bytes(off);
   EXPECT_THROW(PatchToUpstream({off, off, false}, Logger::Silent()), Error);
-  EXPECT_THROW(PatchToUpstream({off, Dir() + "/./refuse_off.gguf", false}, Logger::Silent()),
+  EXPECT_THROW(PatchToUpstream({off, Dir() + "/./tt_refuse_off.gguf", false}, Logger::Silent()),
                Error);
   EXPECT_EQ(Bytes(off), before);
 }
@@ -226,7 +240,7 @@ TEST(Patch, RefusesUpstreamNonCloverAndItsOwnInput) {
 TEST(Patch, FailureMidWayLeavesNoFileBehind) {
   // An official-layout file whose ssm_a cannot be decoded (I32): patch fails after it has
   // started writing, and must remove its temporary file.
-  const std::string bad = Dir() + "/midway_in.gguf";
+  const std::string bad = Dir() + "/tt_midway_in.gguf";
   {
     gguf::Writer w(bad);
     w.AddKeyValue("general.architecture", gguf::Value::String("clover_moe"));
@@ -237,9 +251,9 @@ TEST(Patch, FailureMidWayLeavesNoFileBehind) {
     w.WriteTensorData(zeros);
     w.Finish();
   }
-  const std::string out = Dir() + "/midway_out.gguf";
+  const std::string out = Dir() + "/tt_midway_out.gguf";
   EXPECT_THROW(PatchToUpstream({bad, out, false}, Logger::Silent()), Error);
-  EXPECT_TRUE(FilesStartingWith("midway_out").empty());
+  EXPECT_TRUE(FilesStartingWith("tt_midway_out").empty());
 }
 
 TEST(SynthVocab, MergesAreValidAndSpecialTokensSitAtTheirRealIds) {
@@ -296,7 +310,7 @@ TEST(Synth, FullSizeQ4_0PlanIsWithinTwoPercentOfTheOfficialFile) {
 
 TEST(Synth, RejectsBadOptions) {
   SynthOptions o;
-  o.output = Dir() + "/bad.gguf";
+  o.output = Dir() + "/tt_bad.gguf";
   o.type = "Q3_K";
   EXPECT_THROW(Synthesize(o, Logger::Silent()), Error);
   o.type = "F32";
@@ -308,8 +322,14 @@ TEST(Synth, RejectsBadOptions) {
   o.layout = "";
   o.arch = "llama";
   EXPECT_THROW(Synthesize(o, Logger::Silent()), Error);
-  EXPECT_TRUE(FilesStartingWith("bad.gguf").empty());
+  EXPECT_TRUE(FilesStartingWith("tt_bad.gguf").empty());
 }
 
 }  // namespace
 }  // namespace crossword::tools
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::UnitTest::GetInstance()->listeners().Append(new crossword::tools::Cleanup);
+  return RUN_ALL_TESTS();
+}
