@@ -254,6 +254,13 @@ void IntTile(const MatMulJob& job, int64_t o0, int64_t o1) {
 // ------------------------------------------------------------------ tile dispatch
 
 void MatMulTileImpl(const MatMulJob& job, int64_t o0, int64_t o1) {
+  if (job.w.n_in == 0) {  // empty sums: the tiles below would never write
+    for (int64_t i = 0; i < job.n_rows; ++i) {
+      float* y = job.y + (job.y_rows ? job.y_rows[i] : i) * job.ldy;
+      std::fill(y + o0, y + o1, 0.0f);
+    }
+    return;
+  }
 #if HWY_TARGET == HWY_AVX3_DL
   const vnni::JobRows rows{job.x, job.n_rows, job.x_rows, job.y, job.ldy, job.y_rows};
 #endif

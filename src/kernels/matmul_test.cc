@@ -331,6 +331,7 @@ TEST(Activations, RejectsTooSmallReservationAndBadShapes) {
   Activations act;
   act.Reserve(2, 256);
   ThreadPool pool(1);
+  const uint8_t wq0[1] = {0};
   std::vector<float> x(4 * 512, 1.0f);
   EXPECT_THROW(PrepareActivations(GgmlType::kQ8_0, x.data(), 4, 512, 512, act, pool), Error);
   EXPECT_THROW(PrepareActivations(GgmlType::kQ4_K, x.data(), 1, 100, 100, act, pool), Error);
@@ -340,6 +341,13 @@ TEST(Activations, RejectsTooSmallReservationAndBadShapes) {
   // F32 weights with Q8_0 activations: a format mismatch must be reported, not computed.
   EXPECT_THROW(MatMul(Matrix{GgmlType::kF32, 256, 4, w.data(), 1024}, act, y.data(), 4, pool),
                Error);
+  // n_in = 0: every output is an empty sum.
+  Activations empty;
+  empty.Reserve(5, 0);
+  PrepareActivations(GgmlType::kQ8_0, x.data(), 5, 0, 0, empty, pool);
+  std::vector<float> y0(5 * 20, 1.0f);
+  MatMul(Matrix{GgmlType::kQ8_0, 0, 20, wq0, 0}, empty, y0.data(), 20, pool);
+  for (float v : y0) EXPECT_EQ(v, 0.0f);
   // A gather index outside the prepared rows is rejected before anything runs.
   std::vector<uint8_t> wq(4 * sizeof(BlockQ8_0) * 8, 0);
   const int32_t bad_rows[] = {0, 2};
