@@ -1,6 +1,6 @@
 // Public compute kernels of crossword: matrix products over GGUF weights, norms, rope, softmax,
 // attention, the gated delta rule, causal conv1d and routing. Each entry point dispatches at run
-// time to the best Highway target (AVX3_DL/VNNI, AVX3, AVX2, portable EMU128); ref.h has the twins.
+// time to the best Highway target (AVX3_DL/VNNI, AVX3, AVX2, portable); ref.h has the twins.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +32,7 @@ enum class ActFormat : uint8_t {
   kF32,   ///< F32 weights: plain floats.
   kF16,   ///< F16 weights: x rounded to binary16 (as llama.cpp's vec_dot_f16).
   kBF16,  ///< BF16 weights: x rounded to bfloat16 (as llama.cpp's vec_dot_bf16).
-  kQ8_0,  ///< Q8_0/Q4_0 weights: blocks of 32, d = amax/127 (fp16-rounded), q = round(x*127/amax).
+  kQ8_0,  ///< Q8_0/Q4_0: blocks of 32, d = amax/127 (fp16), q = nearest-even(x*127/amax) (x86 ggml)
   kQ8_K,  ///< Q4_K/Q6_K weights: blocks of 256, llama.cpp quantize_row_q8_K (d = max/-127).
 };
 
@@ -259,14 +259,15 @@ void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool& pool);
 // ---------------------------------------------------------------------------------------------
 // Targets (tests and benchmarks).
 
-/// Name of the Highway target the dispatching entry points use now ("AVX3_DL", "AVX2", ...).
+/// Name of the Highway target the dispatching entry points use now ("AVX3_DL", "AVX2", ...,
+/// "SCALAR" for the portable fallback of Highway 1.0.3).
 const char* CurrentTargetName();
 /// Whether this CPU has AVX512_BF16 (vdpbf16ps), used by the BF16 path of the AVX3_DL target.
 bool CpuHasAvx512Bf16();
 /// Highway targets (bits of HWY_TARGETS) compiled into crossword_kernels that this CPU
 /// supports, best first; honours ForceTargetForTest.
 std::vector<int64_t> AvailableTargets();
-/// Highway's name of a target bit ("AVX3_DL", "AVX3", "AVX2", "EMU128").
+/// Highway's name of a target bit ("AVX3_DL", "AVX3", "AVX2", "SCALAR").
 const char* TargetName(int64_t target);
 /// Tests and benchmarks only (not thread-safe): makes dispatch behave as if the CPU supported
 /// only `target` (one of AvailableTargets()); 0 restores the real CPU.
