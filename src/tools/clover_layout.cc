@@ -59,7 +59,8 @@ LayoutReport ExamineLayout(const gguf::File& file) {
     if (!IsSsmA(t.name)) continue;
     ++r.ssm_a_tensors;
     ++gdn_layers;
-    if (!CanDequantize(t.type) || t.ne[0] % GetTypeTraits(t.type).block_size != 0) continue;
+    // ssm_a has one value per GDN value head; a huge one is not a real decay vector.
+    if (!CanDequantize(t.type) || t.n_elements() > (1 << 20)) continue;
     std::vector<float> values(static_cast<size_t>(t.n_elements()));
     DequantizeRow(t.type, t.data, values.data(), t.n_elements());
     for (float v : values) {
