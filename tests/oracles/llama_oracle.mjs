@@ -3,7 +3,7 @@
 // one JSON document on stdout.
 //
 //   node tests/oracles/llama_oracle.mjs --oracles BUILD/oracles --model M.gguf --tokens 1,2,3
-//        [--generate N] [--top K] [--threads 2] [--ctx 512] [--batch 512]
+//        [--generate N] [--top K] [--threads 2] [--ctx 512] [--batch 512] [--kv-type F16|F32 (F32 also disables flash attention)]
 //     -> {"prompt_top": [[[id, logprob], ...] for each prompt position],
 //         "generated": [ids], "generated_top": [[[id, logprob], ...] for each generated token]}
 //   prompt_top[i] is the top-K log-softmax after tokens 0..i, all evaluated in ONE batch;
@@ -35,6 +35,12 @@ function parseArgs(argv) {
       case "--threads": args.threads = parseInt(next(), 10); break;
       case "--ctx": args.ctx = parseInt(next(), 10); break;
       case "--batch": args.batch = parseInt(next(), 10); break;
+      case "--kv-type": {
+        const t = next().toUpperCase();
+        if (t !== "F32" && t !== "F16") fail("--kv-type must be F16 or F32");
+        args.kvType = t === "F32" ? 0 : 1;
+        break;
+      }
       case "--tokenize": args.tokenize = next(); break;
       case "--detokenize": args.detokenize = parseIds(next()); break;
       case "--special": args.special = true; break;
@@ -97,6 +103,10 @@ async function main() {
     if (!args.tokens || args.tokens.length === 0) fail("--tokens is required (comma-separated ids)");
     const context = await model.createContext({
       contextSize: args.ctx, batchSize: args.batch, threads: args.threads, sequences: 1,
+      // The addon reads the KV types only as numbers (ggml type ids: F32 = 0, F16 = 1). llama.cpp's
+      // flash-attention path casts F32 K/V to F16, so an F32 cache also turns flash attention off.
+      ...(args.kvType !== undefined ? { experimentalKvCacheKeyType: args.kvType, experimentalKvCacheValueType: args.kvType } : {}),
+      ...(args.kvType === 0 ? { flashAttention: false } : {}),
     });
     const seq = context.getSequence();
     const want = { generateNext: { token: true, probabilities: true, options: { temperature: 0 } } };

@@ -1,0 +1,391 @@
+// Model tests on synthesized tiny models: batch/sequential agreement, state snapshots, denoise
+// passes leaving no trace, replay rollback, multi-sequence batches, layout equivalence, the
+// loading traps other engines fell into, and no allocation inside Forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "base/error.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tools/synth.h"
+
+// Heap allocations of the whole test binary so far (alloc_counter.cc replaces operator new).
+int64_t AllocationCount();
+
+namespace crossword::model {
+namespace {
+
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/mt_" + name; }
+
+std::string Synth(const std::string& name, const std::string& arch, const std::string& layout,
+                  const std::string& type = "F32", uint64_t seed = 1) {
+  const std::string path = TempPath(name);
+  if (std::filesystem::exists(path)) return path;
+  tools::SynthOptions o;
+  o.preset = "tiny";
+  o.arch = arch;
+  o.layout = layout;
+  o.type = type;
+  o.seed = seed;
+  o.threads = 2;
+  o.output = path;
+  tools::Synthesize(o, Logger::Silent());
+  return path;
+}
+
+struct Runner {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ForwardContext> ctx;
+  ThreadPool pool{2};
+
+  explicit Runner(const std::string& path, int max_seqs = 2) {
+    LoadOptions lo;
+    lo.logger = Logger::Silent();
+    model = Model::Load(path, lo);
+    ContextOptions co;
+    co.max_tokens = 256;
+    co.max_seqs = max_seqs;
+    co.max_logit_rows = 256;
+    ctx = std::make_unique<ForwardContext>(*model, co);
+  }
+  std::unique_ptr<SequenceState> State(int64_t n_ctx = 512, int64_t record = 32) {
+    StateOptions so;
+    so.n_ctx = n_ctx;
+    so.max_record_tokens = record;
+    return model->NewState(so);
+  }
+  // Logits of every token (kAll) or of the last one.
+  std::vector<float> Run(SequenceState& st, std::span<const int32_t> toks, PassKind kind = PassKind::kCausal,
+                         LogitRows rows = LogitRows::kAll, bool record = false) {
+    SequenceInput in{&st, toks, kind, rows, record};
+    model->Forward({&in, 1}, *ctx, pool);
+    auto l = ctx->logits(0);
+    return {l.begin(), l.end()};
+  }
+  int64_t n_vocab() const { return model->hparams().n_vocab; }
+};
+
+std::vector<int32_t> RandomTokens(int n, int seed, int vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+float MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
+  EXPECT_EQ(a.size(), b.size());
+  float d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+std::vector<float> GdnBytes(SequenceState& st, const Hparams& hp) {
+  std::vector<float> v;
+  for (int r = 0; r < hp.n_recurrent(); ++r) {
+    v.insert(v.end(), st.conv_state(r), st.conv_state(r) + st.conv_floats());
+    v.insert(v.end(), st.ssm_state(r), st.ssm_state(r) + st.ssm_floats());
+  }
+  return v;
+}
+
+TEST(Model, LoadsBothLayoutsWithTheSameLogits) {
+  Runner up(Synth("up.gguf", "qwen35moe", "upstream"));
+  Runner off(Synth("off.gguf", "clover_moe", "official"));
+  EXPECT_FALSE(up.model->layout().official());
+  EXPECT_TRUE(off.model->layout().official());
+  EXPECT_TRUE(off.model->layout().ssm_a_raw);
+  EXPECT_TRUE(off.model->layout().shared_count_missing);
+  EXPECT_EQ(off.model->layout().n_diffusion_tensors, 4 * off.model->hparams().n_recurrent());
+  const auto toks = RandomTokens(20, 1, 1500);
+  auto s1 = up.State();
+  auto s2 = off.State();
+  EXPECT_EQ(MaxAbsDiff(up.Run(*s1, toks), off.Run(*s2, toks)), 0.0f);
+}
+
+TEST(Model, NormWeightsAreUsedAsStored) {
+  // The +1 of Qwen3.5's zero-centred RMSNorm is already in the file: loading must not add it.
+  const std::string path = Synth("up.gguf", "qwen35moe", "upstream");
+  gguf::File f = gguf::File::Open(path);
+  Runner r(path);
+  const gguf::TensorInfo* t = f.FindTensor("blk.0.attn_norm.weight");
+  ASSERT_NE(t, nullptr);
+  const float* file_w = reinterpret_cast<const float*>(t->data);
+  const auto& w = r.model->weights().layers[0].attn_norm;
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(w[i], file_w[i]);
+}
+
+TEST(Model, PrefillMatchesTokenByToken) {
+  Runner r(Synth("up.gguf", "qwen35moe", "upstream"));
+  for (int n : {40, 100}) {  // 100 >= 64 takes the chunked GDN form in the batched pass
+    const auto toks = RandomTokens(n, n, 1500);
+    auto a = r.State();
+    auto b = r.State();
+    const auto batched = r.Run(*a, toks);
+    std::vector<float> seq;
+    for (int i = 0; i < n; ++i) {
+      auto row = r.Run(*b, std::span(toks).subspan(i, 1), PassKind::kCausal, LogitRows::kLast);
+      seq.insert(seq.end(), row.begin(), row.end());
+    }
+    EXPECT_LT(MaxAbsDiff(batched, seq), n < 64 ? 2e-4f : 2e-3f) << "prompt of " << n;
+  }
+}
+
+TEST(Model, SnapshotRunRestoreIsBitIdentical) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  const auto prompt = RandomTokens(30, 2, 1500);
+  const auto cont = RandomTokens(10, 3, 1500);
+  auto st = r.State();
+  r.Run(*st, prompt, PassKind::kCausal, LogitRows::kLast);
+  StateSnapshot snap;
+  st->SaveSnapshot(snap);
+  const auto first = r.Run(*st, cont);
+  EXPECT_EQ(st->n_past(), 40);
+  ASSERT_TRUE(st->CanRestore(snap));
+  st->Restore(snap);
+  EXPECT_EQ(st->n_past(), 30);
+  const auto second = r.Run(*st, cont);
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
+  // A snapshot taken after rows that were since rewritten cannot be restored.
+  StateSnapshot late;
+  st->SaveSnapshot(late);  // at 40
+  st->Restore(snap);       // back to 30
+  r.Run(*st, RandomTokens(5, 9, 1500));  // rewrites rows 30..34
+  EXPECT_FALSE(st->CanRestore(late));
+  EXPECT_THROW(st->Restore(late), Error);
+  EXPECT_TRUE(st->CanRestore(snap));
+}
+
+TEST(Model, DenoisePassLeavesNoTrace) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  const Hparams& hp = r.model->hparams();
+  const auto prompt = RandomTokens(25, 4, 1500);
+  auto a = r.State();
+  auto b = r.State();
+  r.Run(*a, prompt);
+  r.Run(*b, prompt);
+  const auto before = GdnBytes(*a, hp);
+  std::vector<int32_t> block = RandomTokens(8, 5, 1500);
+  block[3] = block[5] = 1626;  // mask-like ids
+  const auto denoise = r.Run(*a, block, PassKind::kDenoise);
+  EXPECT_EQ(a->n_past(), 25);
+  EXPECT_EQ(GdnBytes(*a, hp), before);
+  // The denoised rows really are bidirectional: the first row sees later block tokens.
+  const auto causal_first = r.Run(*b, std::span(block).first(1), PassKind::kCausal, LogitRows::kLast);
+  EXPECT_GT(MaxAbsDiff(std::span(denoise).first(r.n_vocab()), causal_first), 1e-4f);
+  // A commit after the denoise pass equals a commit without it.
+  auto c = r.State();
+  r.Run(*c, prompt);
+  const auto x = r.Run(*a, block);
+  const auto y = r.Run(*c, block);
+  EXPECT_EQ(MaxAbsDiff(x, y), 0.0f);
+}
+
+TEST(Model, RollbackEqualsForwardingTheAcceptedPrefix) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  const Hparams& hp = r.model->hparams();
+  const auto prompt = RandomTokens(20, 6, 1500);
+  const auto block = RandomTokens(12, 7, 1500);
+  for (int keep : {0, 1, 5, 11, 12}) {
+    auto a = r.State();
+    auto b = r.State();
+    r.Run(*a, prompt);
+    r.Run(*b, prompt);
+    r.Run(*a, block, PassKind::kCausal, LogitRows::kAll, /*record=*/true);
+    a->RollbackTo(keep, r.pool);
+    if (keep > 0) r.Run(*b, std::span(block).first(keep));
+    EXPECT_EQ(a->n_past(), b->n_past());
+    const auto ga = GdnBytes(*a, hp), gb = GdnBytes(*b, hp);
+    EXPECT_LT(MaxAbsDiff(ga, gb), 1e-5f) << "keep " << keep;
+    const auto next = RandomTokens(3, 8, 1500);
+    EXPECT_LT(MaxAbsDiff(r.Run(*a, next), r.Run(*b, next)), 1e-4f) << "keep " << keep;
+  }
+}
+
+TEST(Model, TwoSequencesInOneBatchMatchSeparateRuns) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  const auto p1 = RandomTokens(17, 10, 1500), p2 = RandomTokens(9, 11, 1500);
+  auto a1 = r.State(), a2 = r.State(), b1 = r.State(), b2 = r.State();
+  SequenceInput ins[2] = {{a1.get(), p1, PassKind::kCausal, LogitRows::kAll},
+                          {a2.get(), p2, PassKind::kCausal, LogitRows::kLast}};
+  r.model->Forward(ins, *r.ctx, r.pool);
+  auto l1 = r.ctx->logits(0), l2 = r.ctx->logits(1);
+  const std::vector<float> j1(l1.begin(), l1.end()), j2(l2.begin(), l2.end());
+  EXPECT_LT(MaxAbsDiff(j1, r.Run(*b1, p1)), 2e-4f);
+  EXPECT_LT(MaxAbsDiff(j2, r.Run(*b2, p2, PassKind::kCausal, LogitRows::kLast)), 2e-4f);
+  // Mixed kinds in one batch: a denoise block next to a causal step.
+  const auto blk = RandomTokens(6, 12, 1500);
+  const int32_t step[1] = {42};
+  SequenceInput mixed[2] = {{a1.get(), blk, PassKind::kDenoise, LogitRows::kAll},
+                            {a2.get(), step, PassKind::kCausal, LogitRows::kLast}};
+  r.model->Forward(mixed, *r.ctx, r.pool);
+  EXPECT_EQ(a1->n_past(), 17);
+  EXPECT_EQ(a2->n_past(), 10);
+}
+
+TEST(Model, ForwardDoesNotAllocate) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  auto st = r.State();
+  const auto prompt = RandomTokens(64, 13, 1500);
+  const auto block = RandomTokens(16, 14, 1500);
+  SequenceInput warm{st.get(), prompt, PassKind::kCausal, LogitRows::kLast};
+  r.model->Forward({&warm, 1}, *r.ctx, r.pool);
+  const int64_t before = AllocationCount();
+  SequenceInput in[] = {{st.get(), block, PassKind::kDenoise, LogitRows::kAll},
+                        {st.get(), block, PassKind::kCausal, LogitRows::kAll, true}};
+  r.model->Forward({&in[0], 1}, *r.ctx, r.pool);
+  r.model->Forward({&in[1], 1}, *r.ctx, r.pool);
+  st->RollbackTo(5, r.pool);
+  for (int i = 0; i < 4; ++i) {
+    SequenceInput one{st.get(), std::span(block).subspan(i, 1), PassKind::kCausal, LogitRows::kLast};
+    r.model->Forward({&one, 1}, *r.ctx, r.pool);
+  }
+  EXPECT_EQ(AllocationCount() - before, 0);
+}
+
+TEST(Model, RejectsBadInputBeforeTouchingState) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  auto st = r.State(16);
+  const int32_t bad[] = {1, static_cast<int32_t>(r.n_vocab())};
+  SequenceInput in{st.get(), bad};
+  EXPECT_THROW(r.model->Forward({&in, 1}, *r.ctx, r.pool), Error);
+  const auto too_long = RandomTokens(17, 1, 100);
+  SequenceInput in2{st.get(), too_long};
+  EXPECT_THROW(r.model->Forward({&in2, 1}, *r.ctx, r.pool), Error);
+  EXPECT_EQ(st->n_past(), 0);
+}
+
+// ---- Loading traps: files rewritten from a synth model with one thing changed. ----
+
+struct Edit {
+  std::function<bool(std::string_view key, gguf::Value& v)> kv;  // false: drop the key
+  std::function<void(gguf::Writer&)> extra_kvs;
+  std::function<std::vector<int64_t>(const gguf::TensorInfo&)> shape;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> extra_tensors;  // F32, zeros
+};
+
+std::string Rewrite(const std::string& src, const std::string& name, const Edit& e) {
+  gguf::File f = gguf::File::Open(src);
+  const std::string out = TempPath(name);
+  gguf::Writer w(out);
+  for (const auto& kv : f.metadata()) {
+    gguf::Value v = kv.value;
+    if (e.kv && !e.kv(kv.key, v)) continue;
+    w.AddKeyValue(std::string(kv.key), v);
+  }
+  if (e.extra_kvs) e.extra_kvs(w);
+  std::vector<std::pair<const gguf::TensorInfo*, uint64_t>> order;
+  for (const auto& t : f.tensors()) {
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    if (e.shape) ne = e.shape(t);
+    order.emplace_back(&t, w.AddTensor(t.name, t.type, ne));
+  }
+  for (const auto& [name, ne] : e.extra_tensors) w.AddTensor(name, GgmlType::kF32, ne);
+  for (const auto& [t, bytes] : order) {
+    std::vector<std::byte> buf(bytes, std::byte{0});
+    std::memcpy(buf.data(), t->data, std::min<uint64_t>(bytes, t->nbytes));
+    w.WriteTensorData(buf);
+  }
+  for (const auto& [name, ne] : e.extra_tensors) {
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    std::vector<std::byte> zeros(static_cast<size_t>(n) * 4, std::byte{0});
+    w.WriteTensorData(zeros);
+  }
+  w.Finish();
+  return out;
+}
+
+std::string LoadError(const std::string& path) {
+  try {
+    LoadOptions lo;
+    lo.logger = Logger::Silent();
+    Model::Load(path, lo);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelTraps, NextnBlockIsOptional) {
+  const std::string src = Synth("up.gguf", "qwen35moe", "upstream");
+  gguf::File f = gguf::File::Open(src);
+  const int64_t n_layer = *f.GetUint("qwen35moe.block_count");
+  Edit e;
+  e.kv = [](std::string_view key, gguf::Value& v) {
+    if (key == "qwen35moe.block_count") v = gguf::Value::Uint32(static_cast<uint32_t>(*v.AsUint() + 1));
+    return true;
+  };
+  e.extra_kvs = [](gguf::Writer& w) { w.AddKeyValue("qwen35moe.nextn_predict_layers", gguf::Value::Uint32(1)); };
+  const std::string blk = "blk." + std::to_string(n_layer) + ".";
+  e.extra_tensors = {{blk + "nextn.eh_proj.weight", {512, 256}}, {blk + "nextn.enorm.weight", {256}}};
+  const std::string path = Rewrite(src, "nextn.gguf", e);
+  Runner with(path), without(src);
+  EXPECT_EQ(with.model->hparams().n_layer, n_layer);
+  const auto toks = RandomTokens(10, 20, 1500);
+  auto a = with.State(), b = without.State();
+  EXPECT_EQ(MaxAbsDiff(with.Run(*a, toks), without.Run(*b, toks)), 0.0f);
+}
+
+TEST(ModelTraps, ShapeMismatchNamesTheTensor) {
+  const std::string src = Synth("up.gguf", "qwen35moe", "upstream");
+  Edit e;
+  e.shape = [](const gguf::TensorInfo& t) {
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+    if (t.name == "blk.1.ssm_out.weight") ne[1] /= 2;
+    return ne;
+  };
+  const std::string msg = LoadError(Rewrite(src, "shape.gguf", e));
+  EXPECT_NE(msg.find("blk.1.ssm_out.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected"), std::string::npos) << msg;
+}
+
+TEST(ModelTraps, ZeroSizedDimensionIsAnError) {
+  const std::string src = Synth("up.gguf", "qwen35moe", "upstream");
+  Edit e;
+  e.kv = [](std::string_view key, gguf::Value& v) {
+    if (key == "qwen35moe.expert_feed_forward_length") v = gguf::Value::Uint32(0);
+    return true;
+  };
+  const std::string msg = LoadError(Rewrite(src, "zero.gguf", e));
+  EXPECT_NE(msg.find("expert_feed_forward_length"), std::string::npos) << msg;
+}
+
+TEST(ModelTraps, TruncatedFileIsAnError) {
+  const std::string src = Synth("up.gguf", "qwen35moe", "upstream");
+  const std::string dst = TempPath("trunc.gguf");
+  std::filesystem::copy_file(src, dst, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(dst, std::filesystem::file_size(src) - 1000);
+  EXPECT_NE(LoadError(dst), "");
+}
+
+TEST(ModelTraps, MissingTensorSaysWhatIsMissing) {
+  const std::string src = Synth("up.gguf", "qwen35moe", "upstream");
+  gguf::File f = gguf::File::Open(src);
+  const std::string out = TempPath("missing.gguf");
+  {
+    gguf::Writer w(out);
+    for (const auto& kv : f.metadata()) w.AddKeyValue(std::string(kv.key), kv.value);
+    for (const auto& t : f.tensors()) {
+      if (t.name == "blk.2.ffn_up_exps.weight") continue;
+      w.AddTensor(t.name, t.type, std::span(t.ne.data(), t.n_dims));
+    }
+    for (const auto& t : f.tensors()) {
+      if (t.name != "blk.2.ffn_up_exps.weight") w.WriteTensorData(t.bytes());
+    }
+    w.Finish();
+  }
+  const std::string msg = LoadError(out);
+  EXPECT_NE(msg.find("blk.2.ffn_up_exps.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not found"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace crossword::model
