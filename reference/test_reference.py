@@ -18,6 +18,7 @@ import decode  # noqa: E402
 import export  # noqa: E402
 import gguf  # noqa: E402
 import model  # noqa: E402
+import train_net  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="crossword-ref-")
 
@@ -202,6 +203,42 @@ class ModelTest(unittest.TestCase):
             model.forward(self.m, model.State(self.m), [self.m.hp.n_vocab])
         with self.assertRaisesRegex(model.ModelError, "context overflow"):
             model.forward(self.m, model.State(self.m), [1] * (self.m.hp.n_ctx + 1))
+
+
+class TrainNetTest(unittest.TestCase):
+    def test_training_network_equals_reference_passes(self):
+        # The batched training form (chunked GDN, padding, noisy blocks against the clean prefix)
+        # computes what model.forward computes in causal and denoise passes.
+        m = model.Model.load(tiny_file("tiny_off.gguf"), dtype=torch.float32)
+        m.hp.block_size = B = 8
+        net = train_net.TrainNet(m.hp, m.w)
+        seqs, pads, T = [[5, 17, 99, 200, 3, 44, 81, 7, 250, 31, 12, 13, 14, 15, 16, 17, 18, 19, 20],
+                         list(range(1, 12))], [5, 13], 32
+        tok = torch.zeros(2, T, dtype=torch.long)
+        valid = torch.zeros(2, T, dtype=torch.bool)
+        pos = torch.zeros(2, T, dtype=torch.long)
+        for i, (s, pd) in enumerate(zip(seqs, pads)):
+            tok[i, pd:pd + len(s)] = torch.tensor(s)
+            valid[i, pd:pd + len(s)] = True
+            pos[i, pd:] = torch.arange(T - pd)
+        mask = m.hp.mask_token_id
+        nt = torch.tensor([[int(tok[0, 16]), mask, 70, mask, mask, 33, mask, mask],
+                           [int(tok[1, 16]), 9, mask, mask, 5, mask, mask, mask]])
+        noisy = dict(tokens=nt, seq=torch.tensor([0, 1]), chunk=torch.tensor([2, 2]))
+        lg, nl, _ = net(tok, valid, pos, noisy)
+        for i, (s, pd) in enumerate(zip(seqs, pads)):
+            clean = model.forward(m, model.State(m), s)
+            self.assertLess((clean - lg[i, pd:pd + len(s)]).abs().max().item(), 2e-4)
+            st = model.State(m)
+            model.forward(m, st, s[:16 - pd])
+            den = model.forward(m, st, nt[i].tolist(), "denoise")
+            self.assertLess((den - nl[i]).abs().max().item(), 2e-4)
+            self.assertGreater((den - nl[1 - i]).abs().max().item(), 1e-2)  # the check can fail
+
+    def test_unit_lower_inverse(self):
+        L = torch.tril(torch.randn(3, 16, 16, dtype=torch.float64), -1) * 0.3
+        want = torch.linalg.inv(torch.eye(16, dtype=torch.float64) + L)
+        self.assertLess((train_net.unit_lower_inverse(L) - want).abs().max().item(), 1e-10)
 
 
 class DecodeTest(unittest.TestCase):
