@@ -201,45 +201,54 @@ Interpreter::Flow Interpreter::ExecFor(const Stmt& s) {
     items = std::move(kept);
   }
   if (items.empty()) return ExecBody(s.else_body);
-  auto values = std::make_shared<std::vector<Value>>(std::move(items));
-  const int64_t n = static_cast<int64_t>(values->size());
-  for (int64_t i = 0; i < n; ++i) {
-    line_ = s.line;
-    Step();
-    Value loop = Value::MakeDict(DictObj::Kind::kLoop);
-    DictObj& d = loop.dict();
-    d.Set("index0", i);
-    d.Set("index", i + 1);
-    d.Set("revindex0", n - i - 1);
-    d.Set("revindex", n - i);
-    d.Set("first", i == 0);
-    d.Set("last", i == n - 1);
-    d.Set("length", n);
-    d.Set("depth", 1);
-    d.Set("depth0", 0);
-    d.Set("previtem", i > 0 ? (*values)[i - 1] : Value(Undefined{"there is no previous item"}));
-    d.Set("nextitem", i + 1 < n ? (*values)[i + 1] : Value(Undefined{"there is no next item"}));
-    auto cycle = std::make_shared<FunctionObj>();
-    cycle->name = "loop.cycle";
-    cycle->fn = [i](Interpreter&, CallArgs& args) -> Value {
-      if (args.positional.empty()) Fail("loop.cycle() needs at least one argument");
-      return args.positional[static_cast<size_t>(i) % args.positional.size()];
-    };
-    d.Set("cycle", Value(cycle));
-    auto frame = std::make_shared<Frame>();
-    frame->vars["loop"] = loop;
-    chain_.push_back(frame);
-    Flow f;
-    try {
-      Assign(s.targets, s.target_is_tuple, (*values)[i]);
-      f = ExecBody(s.body);
-    } catch (...) {
-      chain_.pop_back();
-      throw;
-    }
-    chain_.pop_back();
-    if (f == Flow::kBreak) break;
+  const int64_t n = static_cast<int64_t>(items.size());
+  // One `loop` object and one scope per loop, updated in place each iteration: allocating them
+  // per iteration dominated the cost of tight loops. Slots follow the insertion order below.
+  enum Slot { kIndex0, kIndex, kRevindex0, kRevindex, kFirst, kLast, kPrev, kNext };
+  Value loop = Value::MakeDict(DictObj::Kind::kLoop);
+  DictObj& d = loop.dict();
+  for (const char* key :
+       {"index0", "index", "revindex0", "revindex", "first", "last", "previtem", "nextitem"}) {
+    d.Set(key, None{});
   }
+  d.Set("length", n);
+  d.Set("depth", 1);
+  d.Set("depth0", 0);
+  auto current = std::make_shared<int64_t>(0);
+  auto cycle = std::make_shared<FunctionObj>();
+  cycle->name = "loop.cycle";
+  cycle->fn = [current](Interpreter&, CallArgs& args) -> Value {
+    if (args.positional.empty()) Fail("loop.cycle() needs at least one argument");
+    return args.positional[static_cast<size_t>(*current) % args.positional.size()];
+  };
+  d.Set("cycle", Value(cycle));
+  const Value no_prev = Undefined{"there is no previous item"};
+  const Value no_next = Undefined{"there is no next item"};
+  auto frame = std::make_shared<Frame>();
+  chain_.push_back(frame);
+  try {
+    for (int64_t i = 0; i < n; ++i) {
+      line_ = s.line;
+      Step();
+      *current = i;
+      d.SetAt(kIndex0, i);
+      d.SetAt(kIndex, i + 1);
+      d.SetAt(kRevindex0, n - i - 1);
+      d.SetAt(kRevindex, n - i);
+      d.SetAt(kFirst, i == 0);
+      d.SetAt(kLast, i == n - 1);
+      d.SetAt(kPrev, i > 0 ? items[i - 1] : no_prev);
+      d.SetAt(kNext, i + 1 < n ? items[i + 1] : no_next);
+      frame->vars.clear();  // `set` inside the body does not survive the iteration
+      frame->vars.emplace("loop", loop);
+      Assign(s.targets, s.target_is_tuple, items[i]);
+      if (ExecBody(s.body) == Flow::kBreak) break;
+    }
+  } catch (...) {
+    chain_.pop_back();
+    throw;
+  }
+  chain_.pop_back();
   return Flow::kNormal;
 }
 

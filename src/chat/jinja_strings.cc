@@ -131,22 +131,61 @@ std::string PyTitle(std::string_view s) {
   return out;
 }
 
+namespace {
+
+// Decodes the code point starting at byte i (invalid bytes decode as themselves, one byte long).
+char32_t CodepointAt(std::string_view s, size_t i, size_t* len) {
+  auto b = static_cast<unsigned char>(s[i]);
+  if (b < 0x80) {
+    *len = 1;
+    return b;
+  }
+  size_t n = (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+  if (i + n > s.size()) n = 1;
+  auto cps = DecodeUtf8(s.substr(i, n));
+  std::string enc;
+  AppendUtf8(enc, cps[0]);
+  *len = enc.size();
+  return cps[0];
+}
+
+}  // namespace
+
 std::string PyStrip(std::string_view s, const Value& chars, bool left, bool right) {
-  auto cps = DecodeUtf8(s);
+  // Works on the two ends only (no full decode): strip runs on every message in chat templates.
   std::vector<char32_t> set;
   bool whitespace = chars.IsNone() || chars.IsUndefined();
   if (!whitespace) set = DecodeUtf8(ValueToCodepointString(chars));
   auto strip_it = [&](char32_t c) {
     return whitespace ? IsPySpace(c) : std::find(set.begin(), set.end(), c) != set.end();
   };
-  size_t b = 0, e = cps.size();
+  size_t b = 0, e = s.size();
   if (left) {
-    while (b < e && strip_it(cps[b])) ++b;
+    while (b < e) {
+      size_t len;
+      char32_t c = CodepointAt(s, b, &len);
+      if (!strip_it(c)) break;
+      b += len;
+    }
   }
   if (right) {
-    while (e > b && strip_it(cps[e - 1])) --e;
+    while (e > b) {
+      size_t start = e - 1;
+      // Back up to the lead byte of the last code point (at most 3 continuation bytes).
+      while (start > b && e - start < 4 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) {
+        --start;
+      }
+      size_t len;
+      char32_t c = CodepointAt(s, start, &len);
+      if (start + len != e) {  // not a whole code point: an invalid byte, decoded alone
+        start = e - 1;
+        c = CodepointAt(s, start, &len);
+      }
+      if (!strip_it(c)) break;
+      e = start;
+    }
   }
-  return EncodeUtf8(cps, b, e);
+  return std::string(s.substr(b, e - b));
 }
 
 std::vector<std::string> PySplit(std::string_view s, const Value& sep, int64_t maxsplit,

@@ -12,7 +12,7 @@
 namespace crossword::chat::jinja {
 
 const Value* DictObj::Find(std::string_view key) const {
-  auto it = index_.find(std::string(key));
+  auto it = index_.find(key);
   return it == index_.end() ? nullptr : &entries_[it->second].second;
 }
 
@@ -30,6 +30,8 @@ void DictObj::Set(std::string key, Value value) {
   index_.emplace(key, entries_.size());
   entries_.emplace_back(std::move(key), std::move(value));
 }
+
+void DictObj::SetAt(size_t i, Value value) { entries_[i].second = std::move(value); }
 
 Value Value::MakeList(std::vector<Value> items, bool is_tuple) {
   auto list = std::make_shared<ListObj>();

@@ -55,6 +55,9 @@ class DictObj {
   /// crossword::Error when the result would nest deeper than kMaxValueNesting.
   void Set(std::string key, Value value);
   int depth() const { return depth_; }
+  /// Replaces the value of the i-th entry (insertion order) without a key lookup. Only for
+  /// scalars or values whose nesting is already accounted for (the `loop` object).
+  void SetAt(size_t i, Value value);
   /// Removes all entries (used to break namespace reference cycles after a render).
   void Clear() {
     entries_.clear();
@@ -65,7 +68,12 @@ class DictObj {
   Kind kind_;
   int depth_ = 1;
   std::vector<std::pair<std::string, Value>> entries_;
-  std::unordered_map<std::string, size_t> index_;
+  // Transparent hashing lets Find(string_view) look up without building a std::string.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, size_t, KeyHash, std::equal_to<>> index_;
 };
 
 /// Positional and keyword arguments of a call, as evaluated by the interpreter.
@@ -149,7 +157,7 @@ class Value {
 
 /// Limits that keep hostile templates and inputs from exhausting the process.
 struct RenderLimits {
-  int64_t max_steps = 20'000'000;       ///< loop iterations + calls + output writes
+  int64_t max_steps = 5'000'000;        ///< statements + loop iterations + calls
   size_t max_output_bytes = 64u << 20;  ///< rendered text
   size_t max_string_bytes = 64u << 20;  ///< any single string value
   size_t max_list_items = 4'000'000;    ///< any single list
