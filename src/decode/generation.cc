@@ -88,6 +88,12 @@ Generation::Generation(const model::Model& model, model::SequenceState& state, s
   for (int32_t t : prompt_) {
     if (t < 0 || t >= n_vocab_) Fail("generation: prompt token {} outside the vocabulary [0, {})", t, n_vocab_);
   }
+  // Every answer token takes one context position (the state must be able to hold the whole
+  // exchange for a follow-up turn), the same limit in every mode.
+  limit_ = std::min<int64_t>(params_.max_tokens, state_.n_ctx() - static_cast<int64_t>(prompt_.size()));
+  if (limit_ < 1) {
+    Fail("the prompt ({} tokens) leaves no room in a context of {} tokens", prompt_.size(), state_.n_ctx());
+  }
   history_.AddPrompt(prompt_);
   think_open_ = params_.think_open;
   row_.resize(static_cast<size_t>(n_vocab_));
@@ -142,7 +148,7 @@ bool Generation::Emit(int32_t token) {
     Finish(FinishReason::kCancelled);
     return false;
   }
-  if (stats_.generated >= params_.max_tokens) {
+  if (stats_.generated >= limit_) {
     Finish(FinishReason::kLength);
     return false;
   }
@@ -221,7 +227,6 @@ void Generation::OnLogits(std::span<const float> logits, ThreadPool& pool) {
     case Phase::kAr: {
       const int32_t tok = Choose(logits.first(n_vocab_), stats_.generated);
       if (Emit(tok)) pending_ = tok;
-      if (phase_ != Phase::kDone && state_.n_past() + 1 > state_.n_ctx()) Finish(FinishReason::kLength);
       break;
     }
     case Phase::kDenoise:
@@ -247,7 +252,6 @@ void Generation::OnPrefill(std::span<const float> logits) {
   if (params_.mode == Mode::kAr) {
     phase_ = Phase::kAr;
     if (Emit(seed)) pending_ = seed;
-    if (phase_ != Phase::kDone && state_.n_past() + 1 > state_.n_ctx()) Finish(FinishReason::kLength);
   } else {
     StartBlock(seed);
   }
@@ -255,17 +259,14 @@ void Generation::OnPrefill(std::span<const float> logits) {
 
 void Generation::StartBlock(int32_t seed) {
   phase_ = params_.mode == Mode::kDiffusion ? Phase::kDenoise : Phase::kDraft;
-  const int64_t room = state_.n_ctx() - state_.n_past();
-  const int64_t budget = params_.max_tokens - stats_.generated;
-  block_len_ = std::min<int64_t>({params_.block_size, budget, room});
+  block_len_ = std::min<int64_t>(params_.block_size, limit_ - stats_.generated);
   block_.assign(1, seed);
-  block_.resize(block_len_ > 0 ? block_len_ : 1, params_.mask_id);
+  block_.resize(block_len_, params_.mask_id);
   masked_.assign(block_.size(), 1);
   masked_[0] = 0;
   ++stats_.rounds;
   if (!Emit(seed)) return;  // EOG seed, length, or cancelled
   block_emitted_ = 1;
-  if (block_len_ <= 1) Finish(FinishReason::kLength);  // context full
 }
 
 void Generation::OnDenoise(std::span<const float> logits) {

@@ -94,6 +94,10 @@ class Generation {
   const DecodeParams& params() const { return params_; }
   /// Emitted tokens so far.
   const std::vector<int32_t>& output() const { return output_; }
+  /// Diffusion/spec: the current block's tokens and which slots are still masked (for tests
+  /// and tracing; the mask id stands in masked slots).
+  std::span<const int32_t> block() const { return block_; }
+  std::span<const uint8_t> masked() const { return masked_; }
 
   /// The next forward-pass input of this sequence (valid until OnLogits).
   model::SequenceInput NextInput();
@@ -140,6 +144,7 @@ class Generation {
   std::vector<float> row_;         // processed logits scratch (n_vocab)
   std::vector<float> draft_q_;     // spec sampling: draft probabilities of the draft tokens
   std::vector<std::vector<std::pair<int32_t, float>>> draft_dist_;  // spec sampling: q per slot
+  int64_t limit_ = 0;              // answer tokens at most: min(max_tokens, n_ctx - prompt)
   bool think_open_ = false;
   int32_t pending_ = -1;           // AR: token to feed next
   Clock::time_point start_, pass_start_;

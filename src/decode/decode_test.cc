@@ -1,0 +1,338 @@
+// Decoding tests: the C++ decoder reproduces the PyTorch reference's golden runs (AR, diffusion
+// pass by pass, spec), and self-speculative decoding is bit-identical to AR decoding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "base/error.h"
+#include "decode/generation.h"
+#include "model/model.h"
+#include "tools/synth.h"
+
+#ifndef CROSSWORD_SOURCE_DIR
+#error "CROSSWORD_SOURCE_DIR must be defined"
+#endif
+
+namespace crossword::decode {
+namespace {
+
+using nlohmann::json;
+
+std::string SynthTiny(const std::string& name, uint64_t seed = 1) {
+  const std::string path = ::testing::TempDir() + "/dt_" + name;
+  if (std::filesystem::exists(path)) return path;
+  tools::SynthOptions o;
+  o.preset = "tiny";
+  o.arch = "clover_moe";
+  o.layout = "official";
+  o.type = "F32";
+  o.seed = seed;
+  o.threads = 2;
+  o.output = path;
+  tools::Synthesize(o, Logger::Silent());
+  return path;
+}
+
+struct Fixture {
+  std::unique_ptr<model::Model> model;
+  mutable ThreadPool pool{2};
+  explicit Fixture(const std::string& path) {
+    model::LoadOptions lo;
+    lo.logger = Logger::Silent();
+    model = model::Model::Load(path, lo);
+  }
+  std::unique_ptr<model::SequenceState> State(int64_t n_ctx = 1024, GgmlType kv = GgmlType::kF16) const {
+    model::StateOptions so;
+    so.n_ctx = n_ctx;
+    so.kv_type = kv;
+    so.max_record_tokens = 64;
+    return model->NewState(so);
+  }
+};
+
+DecodeParams Params(Mode mode, int block, float tau, int64_t max_tokens, std::vector<int32_t> eog, int32_t mask) {
+  DecodeParams p;
+  p.mode = mode;
+  p.block_size = block;
+  p.threshold = tau;
+  p.max_tokens = max_tokens;
+  p.eog_ids = std::move(eog);
+  p.mask_id = mask;
+  return p;
+}
+
+// Runs several generations in one batch per step (as the server does).
+std::vector<std::vector<int32_t>> RunBatched(const Fixture& f, std::vector<std::vector<int32_t>> prompts,
+                                             const std::vector<DecodeParams>& params) {
+  model::ContextOptions co;
+  co.max_tokens = 512;
+  co.max_seqs = static_cast<int>(prompts.size());
+  co.max_logit_rows = 64 * co.max_seqs;
+  model::ForwardContext ctx(*f.model, co);
+  std::vector<std::unique_ptr<model::SequenceState>> states;
+  std::vector<std::unique_ptr<Generation>> gens;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    states.push_back(f.State());
+    gens.push_back(std::make_unique<Generation>(*f.model, *states.back(), prompts[i], params[i], nullptr));
+  }
+  for (;;) {
+    std::vector<model::SequenceInput> ins;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < gens.size(); ++i) {
+      if (gens[i]->done()) continue;
+      ins.push_back(gens[i]->NextInput());
+      who.push_back(i);
+    }
+    if (ins.empty()) break;
+    f.model->Forward(ins, ctx, f.pool);
+    for (size_t j = 0; j < who.size(); ++j) gens[who[j]]->OnLogits(ctx.logits(static_cast<int>(j)), f.pool);
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (auto& g : gens) out.push_back(g->output());
+  return out;
+}
+
+std::vector<int32_t> Run1(const Fixture& f, const std::vector<int32_t>& prompt, const DecodeParams& p,
+                          DecodeStats* stats = nullptr, int64_t n_ctx = 1024) {
+  model::ContextOptions co;
+  co.max_tokens = 256;
+  co.max_logit_rows = 64;
+  model::ForwardContext ctx(*f.model, co);
+  auto st = f.State(n_ctx);
+  Generation g(*f.model, *st, prompt, p, nullptr);
+  while (!g.done()) {
+    model::SequenceInput in = g.NextInput();
+    f.model->Forward({&in, 1}, ctx, f.pool);
+    g.OnLogits(ctx.logits(0), f.pool);
+  }
+  if (stats) *stats = g.stats();
+  return g.output();
+}
+
+json Golden() {
+  std::ifstream in(std::string(CROSSWORD_SOURCE_DIR) + "/tests/golden/reference_tiny.json");
+  if (!in) throw Error("tests/golden/reference_tiny.json is missing");
+  return json::parse(in);
+}
+
+// Log-softmax of one logit row at a token.
+double LogProb(std::span<const float> row, int32_t tok) {
+  double mx = -1e30, s = 0;
+  for (float v : row) mx = std::max<double>(mx, v);
+  for (float v : row) s += std::exp(v - mx);
+  return row[tok] - mx - std::log(s);
+}
+
+TEST(Golden, DiffusionPassesMatchTheReference) {
+  const json g = Golden();
+  ASSERT_EQ(g["model"]["synth"], "crossword gguf synth --preset tiny --arch clover_moe --layout official --type F32 --seed 1");
+  Fixture f(SynthTiny("golden.gguf"));
+  ASSERT_EQ(f.model->hparams().n_vocab, g["model"]["n_vocab"].get<int64_t>());
+  const int32_t mask = g["model"]["mask_token_id"];
+  const std::vector<int32_t> eog = g["model"]["eog_ids"];
+  model::ContextOptions co;
+  co.max_tokens = 256;
+  co.max_logit_rows = 64;
+  model::ForwardContext ctx(*f.model, co);
+  for (const auto& [name, run] : g["diffusion"].items()) {
+    SCOPED_TRACE(name);
+    DecodeParams p = Params(Mode::kDiffusion, run["block_size"], run["threshold"], run["max_tokens"], eog, mask);
+    auto st = f.State(4096, GgmlType::kF32);  // F32 KV: compare the network, not F16 rounding
+    Generation gen(*f.model, *st, run["prompt"].get<std::vector<int32_t>>(), p, nullptr);
+    size_t pass = 0;
+    double max_dlp = 0;
+    const auto& passes = run["passes"];
+    const size_t n_prompt = run["prompt"].size();
+    while (!gen.done()) {
+      const bool prefill = st->n_past() < static_cast<int64_t>(n_prompt);
+      model::SequenceInput in = gen.NextInput();
+      f.model->Forward({&in, 1}, ctx, f.pool);
+      if (prefill) {  // the golden passes list starts after the prompt
+        gen.OnLogits(ctx.logits(0), f.pool);
+        continue;
+      }
+      if (in.kind == model::PassKind::kDenoise) {
+        ASSERT_LT(pass, passes.size());
+        const json& want = passes[pass];
+        ASSERT_EQ(want["kind"], "denoise") << "pass " << pass;
+        const std::vector<uint8_t> before(gen.masked().begin(), gen.masked().end());
+        auto logits = ctx.logits(0);
+        const int64_t V = f.model->hparams().n_vocab;
+        for (size_t row = 0; row < want["top"].size(); ++row) {
+          for (const auto& e : want["top"][row]) {
+            const double lp = LogProb(logits.subspan(row * V, V), e[0].get<int32_t>());
+            max_dlp = std::max(max_dlp, std::abs(lp - e[1].get<double>()));
+          }
+        }
+        gen.OnLogits(logits, f.pool);
+        json got = json::array();
+        for (size_t j = 0; j < before.size(); ++j) {
+          if (before[j] && (j >= gen.masked().size() || !gen.masked()[j])) {
+            got.push_back({j, gen.block()[j]});
+          }
+        }
+        EXPECT_EQ(got, want["committed"]) << "pass " << pass;
+      } else {
+        ASSERT_LT(pass, passes.size());
+        EXPECT_EQ(passes[pass]["kind"], "commit") << "pass " << pass;
+        gen.OnLogits(ctx.logits(0), f.pool);
+      }
+      ++pass;
+    }
+    EXPECT_EQ(pass, passes.size());
+    EXPECT_EQ(gen.output(), run["tokens"].get<std::vector<int32_t>>());
+    EXPECT_LT(max_dlp, 1e-4) << "max |Δ logprob| vs the float64 reference";
+  }
+}
+
+TEST(Golden, ArAndSpecMatchTheReference) {
+  const json g = Golden();
+  Fixture f(SynthTiny("golden.gguf"));
+  const int32_t mask = g["model"]["mask_token_id"];
+  const std::vector<int32_t> eog = g["model"]["eog_ids"];
+  for (const auto& run : g["ar"]) {
+    DecodeParams p = Params(Mode::kAr, 32, 0.95f, run["max_tokens"], eog, mask);
+    EXPECT_EQ(Run1(f, run["prompt"], p, nullptr, 4096), run["tokens"].get<std::vector<int32_t>>());
+  }
+  for (const auto& [name, run] : g["spec"].items()) {
+    SCOPED_TRACE(name);
+    DecodeParams p = Params(Mode::kSpec, run["block_size"], 0.95f, run["max_tokens"], eog, mask);
+    DecodeStats st;
+    EXPECT_EQ(Run1(f, run["prompt"], p, &st, 4096), run["tokens"].get<std::vector<int32_t>>());
+    EXPECT_EQ(st.forward_passes(), run["forward_passes"].get<int64_t>());
+  }
+}
+
+// Spec == AR, greedy, many prompts and lengths, EOG inside blocks, many blocks, batches of two,
+// and a context close to its limit.
+TEST(SpecEqualsAr, ManyPromptsAndLengths) {
+  Fixture f(SynthTiny("golden.gguf"));
+  const int32_t mask = f.model->hparams().n_vocab - 1;
+  std::mt19937 rng(7);
+  int eog_hits = 0;
+  for (int i = 0; i < 50; ++i) {
+    std::vector<int32_t> prompt(3 + rng() % 40);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % 1500);
+    const int64_t max_tokens = 1 + static_cast<int64_t>(rng() % 90);
+    const int block = (i % 3 == 0) ? 8 : (i % 3 == 1) ? 16 : 32;
+    // Make one of the AR answer's tokens an end-of-generation token for some prompts, so the
+    // answer ends inside a block.
+    DecodeParams ar = Params(Mode::kAr, block, 0.95f, max_tokens, {1600, 1602}, mask);
+    const auto plain = Run1(f, prompt, ar);
+    if (i % 2 == 0 && plain.size() > 5) {
+      ar.eog_ids.push_back(plain[plain.size() / 2]);
+      ++eog_hits;
+    }
+    const auto want = Run1(f, prompt, ar);
+    DecodeParams sp = ar;
+    sp.mode = Mode::kSpec;
+    ASSERT_EQ(Run1(f, prompt, sp), want) << "prompt " << i << ", max_tokens " << max_tokens << ", block " << block;
+  }
+  EXPECT_GT(eog_hits, 10);
+}
+
+TEST(SpecEqualsAr, LongOutputsBatchedAndContextEdge) {
+  Fixture f(SynthTiny("golden.gguf"));
+  const int32_t mask = f.model->hparams().n_vocab - 1;
+  const std::vector<int32_t> p1 = {5, 17, 300, 42, 1000}, p2 = {77, 8, 9};
+  DecodeParams ar = Params(Mode::kAr, 32, 0.95f, 300, {1600, 1602}, mask);
+  DecodeParams sp = ar;
+  sp.mode = Mode::kSpec;
+  const auto a1 = Run1(f, p1, ar), a2 = Run1(f, p2, ar);
+  EXPECT_EQ(a1.size(), 300u);  // crosses many blocks
+  const auto both = RunBatched(f, {p1, p2}, {sp, sp});
+  EXPECT_EQ(both[0], a1);
+  EXPECT_EQ(both[1], a2);
+  const auto mixed = RunBatched(f, {p1, p2}, {ar, sp});
+  EXPECT_EQ(mixed[0], a1);
+  EXPECT_EQ(mixed[1], a2);
+  // Context of 40 tokens: the answer stops at the edge in both modes.
+  const auto edge_ar = Run1(f, p1, ar, nullptr, 40);
+  const auto edge_sp = Run1(f, p1, sp, nullptr, 40);
+  EXPECT_EQ(edge_sp, edge_ar);
+  EXPECT_LE(edge_ar.size(), 36u);
+}
+
+TEST(Diffusion, CommittedStateEqualsArForwardOfTheSameTokens) {
+  Fixture f(SynthTiny("golden.gguf"));
+  const int32_t mask = f.model->hparams().n_vocab - 1;
+  const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
+  DecodeParams p = Params(Mode::kDiffusion, 16, 0.3f, 48, {1600, 1602}, mask);
+  model::ContextOptions co;
+  co.max_tokens = 256;
+  co.max_logit_rows = 64;
+  model::ForwardContext ctx(*f.model, co);
+  auto st = f.State();
+  Generation g(*f.model, *st, prompt, p, nullptr);
+  while (!g.done()) {
+    model::SequenceInput in = g.NextInput();
+    f.model->Forward({&in, 1}, ctx, f.pool);
+    g.OnLogits(ctx.logits(0), f.pool);
+  }
+  // The state holds prompt + the committed blocks; forwarding those tokens causally from scratch
+  // gives the same GDN state (denoise passes leaked nothing into it).
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), g.output().begin(), g.output().begin() + (st->n_past() - 6));
+  auto ref = f.State();
+  model::SequenceInput in{ref.get(), all, model::PassKind::kCausal, model::LogitRows::kNone};
+  f.model->Forward({&in, 1}, ctx, f.pool);
+  ASSERT_EQ(ref->n_past(), st->n_past());
+  const auto& hp = f.model->hparams();
+  float d = 0;
+  for (int r = 0; r < hp.n_recurrent(); ++r) {
+    for (int64_t i = 0; i < st->ssm_floats(); ++i) d = std::max(d, std::fabs(st->ssm_state(r)[i] - ref->ssm_state(r)[i]));
+    for (int64_t i = 0; i < st->conv_floats(); ++i) d = std::max(d, std::fabs(st->conv_state(r)[i] - ref->conv_state(r)[i]));
+  }
+  EXPECT_LT(d, 1e-4f);
+}
+
+TEST(Sampling, RampBiasIsLinearBetweenStartAndWindow) {
+  RampBias b{10.0f, 4096, 4096};
+  EXPECT_EQ(b.At(0), 0.0f);
+  EXPECT_EQ(b.At(4096), 0.0f);
+  EXPECT_FLOAT_EQ(b.At(6144), 5.0f);
+  EXPECT_FLOAT_EQ(b.At(8192), 10.0f);
+  EXPECT_FLOAT_EQ(b.At(100000), 10.0f);
+}
+
+TEST(Sampling, PenaltiesFollowVllmSemantics) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  TokenHistory h;
+  const int32_t prompt[] = {0};
+  h.AddPrompt(prompt);
+  h.AddGenerated(1);
+  h.AddGenerated(1);
+  std::vector<float> l = {4.0f, -4.0f, 3.0f};
+  ApplyPenalties(p, h, l);
+  EXPECT_FLOAT_EQ(l[0], 2.0f);                  // prompt token: repetition only
+  EXPECT_FLOAT_EQ(l[1], -8.0f - 0.5f - 0.5f);   // generated twice: x2 (negative), presence, 2 x freq
+  EXPECT_FLOAT_EQ(l[2], 3.0f);
+}
+
+TEST(Sampling, SeededSamplingIsDeterministicAndRespectsTopK) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 2;
+  p.seed = 42;
+  std::vector<float> l = {1.0f, 3.0f, 2.9f, -1.0f};
+  Sampler a(p, 4), b(p, 4);
+  int counts[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 2000; ++i) {
+    const int32_t x = a.Sample(l);
+    ASSERT_EQ(x, b.Sample(l));
+    ++counts[x];
+  }
+  EXPECT_EQ(counts[0] + counts[3], 0);
+  EXPECT_GT(counts[1], 800);
+  EXPECT_GT(counts[2], 800);
+}
+
+}  // namespace
+}  // namespace crossword::decode
