@@ -5,8 +5,30 @@
 
 namespace crossword {
 namespace {
-constexpr int kSpinIterations = 20000;  // ~ tens of microseconds before sleeping
-inline void CpuRelax() { _mm_pause(); }
+// Waiting: a short busy spin (the other thread is usually microseconds away), then yielding the
+// core (if the machine is oversubscribed, the thread we wait for may need this very core), then
+// sleeping on the atomic (an idle pool costs no CPU).
+constexpr int kPauseIterations = 256;
+constexpr int kYieldIterations = 4096;
+
+// Calls `ready()` until it returns true, escalating from pause to yield to a futex wait on `word`
+// (which must change whenever `ready()` may become true).
+template <class Word, class Ready>
+void WaitUntil(std::atomic<Word>& word, Ready ready) {
+  for (int i = 0; i < kPauseIterations; ++i) {
+    if (ready()) return;
+    _mm_pause();
+  }
+  for (int i = 0; i < kYieldIterations; ++i) {
+    if (ready()) return;
+    std::this_thread::yield();
+  }
+  for (;;) {
+    const Word seen = word.load(std::memory_order_acquire);
+    if (ready()) return;
+    word.wait(seen, std::memory_order_acquire);
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -55,32 +77,15 @@ void ThreadPool::Dispatch(CallFn call, void* ctx, int64_t n_tasks, bool per_thre
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   Work(0);
-  int spins = 0;
-  for (;;) {
-    int busy = busy_workers_.load(std::memory_order_acquire);
-    if (busy == 0) break;
-    if (++spins < kSpinIterations) {
-      CpuRelax();
-    } else {
-      busy_workers_.wait(busy, std::memory_order_acquire);
-    }
-  }
+  WaitUntil(busy_workers_, [this] { return busy_workers_.load(std::memory_order_acquire) == 0; });
   in_job_.store(false, std::memory_order_release);
 }
 
 void ThreadPool::WorkerLoop(int thread) {
   uint32_t seen = 0;  // generation_ starts at 0; a job may be posted before this thread runs
   for (;;) {
-    int spins = 0;
-    uint32_t gen;
-    while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
-      if (++spins < kSpinIterations) {
-        CpuRelax();
-      } else {
-        generation_.wait(seen, std::memory_order_acquire);
-      }
-    }
-    seen = gen;
+    WaitUntil(generation_, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+    seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
     Work(thread);
     if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_workers_.notify_one();
