@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "chat/chat_commands.h"
+#include "cli/commands.h"
 #include "tokenizer/tokenizer_commands.h"
 #include "tools/gguf_commands.h"
 
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "crossword 0.1.0");
   // Subcommand registration (one call per contributing library).
+  crossword::cli::RegisterRunCommand(app);
+  crossword::cli::RegisterLogitsCommand(app);
   crossword::tokenizer::RegisterTokenizerCommands(app);
   crossword::chat::RegisterChatCommands(app);
   crossword::tools::RegisterGgufCommands(app);
