@@ -206,6 +206,25 @@ TEST(ChatTemplateAsset, ToolCallRendering) {
       << out;
 }
 
+TEST(ChatTemplateAsset, ReasoningKeptOnlyAfterTheLastUserQuery) {
+  Template t = Template::Parse(OurTemplate());
+  Json messages = Json::parse(R"([
+    {"role":"user","content":"q1"},
+    {"role":"assistant","content":"a1","reasoning_content":"old thought"},
+    {"role":"user","content":"q2"},
+    {"role":"assistant","content":"","reasoning_content":"call it","tool_calls":[
+      {"type":"function","function":{"name":"t","arguments":{}}}]},
+    {"role":"tool","content":"r1"}])");
+  EXPECT_EQ(t.Render(MakeChatContext(messages, Json(), true, "", "", Json::object())),
+            "<|im_start|>user\nq1<|im_end|>\n"
+            "<|im_start|>assistant\na1<|im_end|>\n"
+            "<|im_start|>user\nq2<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\ncall it\n</think>\n\n"
+            "<tool_call>\n<function=t>\n</function>\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\nr1\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n");
+}
+
 TEST(ChatTemplateAsset, MutatedTemplatesNeverCrash) {
   // Random edits of a real template must parse and render or fail with TemplateError /
   // TemplateException, never crash or hang (run under ASan by `make test-asan`).
