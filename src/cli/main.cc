@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "chat/chat_commands.h"
 #include "cli/commands.h"
+#include "server/server_commands.h"
 #include "tokenizer/tokenizer_commands.h"
 #include "tools/gguf_commands.h"
 
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   crossword::tokenizer::RegisterTokenizerCommands(app);
   crossword::chat::RegisterChatCommands(app);
   crossword::tools::RegisterGgufCommands(app);
+  crossword::server::RegisterServerCommands(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,145 @@
+// Continuous-batching scheduler: N slots (one SequenceState + prompt cache each), a FIFO queue,
+// and one thread that runs every active request's next step in a single batched forward pass.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "decode/generation.h"
+#include "engine/engine.h"
+#include "engine/prompt_cache.h"
+
+namespace crossword::engine {
+
+struct SchedulerOptions {
+  int n_slots = 1;       ///< requests decoded at once (>= 1)
+  int64_t n_ctx = 4096;  ///< tokens per slot: prompt + answer (+ one block of scratch)
+  GgmlType kv_type = GgmlType::kF16;
+  int64_t batch_tokens =
+      512;  ///< tokens per forward pass over all slots (raised to n_slots x max_block_size)
+  int max_block_size = 32;   ///< largest diffusion block / spec draft a request may use
+  size_t max_queue = 1024;   ///< waiting requests beyond this are refused
+  PromptCacheOptions cache;  ///< checkpoints (turn_start defaults to the model's <|im_start|>)
+};
+
+/// How a request ended, reported once to its on_done callback.
+struct RequestOutcome {
+  decode::FinishReason finish = decode::FinishReason::kNone;
+  decode::DecodeStats
+      stats;  ///< from the generation (its prompt_tokens counts only its own prefill)
+  int64_t prompt_tokens = 0;    ///< tokens of the prompt
+  int64_t cached_tokens = 0;    ///< prompt tokens resumed from the slot's cache (not evaluated)
+  std::vector<int32_t> output;  ///< emitted tokens (EOG excluded)
+  double queue_seconds = 0;     ///< from Submit to getting a slot
+  double prefill_seconds = 0;   ///< from getting a slot to the first token's logits
+  double total_seconds = 0;     ///< from Submit to the end
+  int slot = -1;
+  std::string error;  ///< non-empty: the request failed inside the engine
+};
+
+/// One request for the scheduler. The callbacks run on the scheduler thread and must be quick;
+/// an exception thrown by them ends that request with `error` set (others go on).
+struct ScheduledRequest {
+  std::vector<int32_t> prompt;  ///< at least one token, fewer than n_ctx
+  decode::DecodeParams params;
+  /// false: evaluate the whole prompt (the slot's cache is dropped first), e.g. for cold timings.
+  bool use_cache = true;
+  /// Each emitted token, in order, with the raw logits row (n_vocab floats, before penalties and
+  /// sampling) it was chosen from: given in AR mode, empty in diffusion/spec mode (their rows are
+  /// per block slot). Return false to end the request (stop string matched).
+  std::function<bool(int32_t token, std::span<const float> logits)> on_token;
+  /// Called exactly once when the request ends (finished, cancelled, failed or never started).
+  std::function<void(const RequestOutcome&)> on_done;
+};
+
+/// The caller's side of a submitted request. Cancel() from any thread: a queued request is
+/// dropped, an active one ends before the scheduler's next forward pass and frees its slot.
+class RequestHandle {
+ public:
+  uint64_t id() const { return id_; }
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class Scheduler;
+  explicit RequestHandle(uint64_t id) : id_(id) {}
+  uint64_t id_;
+  std::atomic<bool> cancelled_{false};
+};
+
+/// Counters since start (monotonic) and current gauges.
+struct SchedulerMetrics {
+  int n_slots = 0;
+  int slots_busy = 0;
+  int64_t queue_length = 0;
+  int64_t requests_submitted = 0;
+  int64_t requests_finished = 0;   ///< ended with stop or length
+  int64_t requests_cancelled = 0;  ///< ended by Cancel or by their on_token returning false
+  int64_t requests_failed = 0;
+  int64_t prompt_tokens = 0;  ///< prompt tokens of requests that got a slot
+  int64_t prompt_tokens_cached = 0;
+  int64_t generated_tokens = 0;
+  int64_t forward_passes = 0;     ///< batched passes (one per scheduler step)
+  int64_t forward_tokens = 0;     ///< tokens processed in them (prefill, steps, blocks)
+  int64_t forward_sequences = 0;  ///< sum over passes of the sequences batched in it
+  double busy_seconds = 0;        ///< time spent in forward passes and sampling
+};
+
+/// Owns the slots and the scheduler thread. Engine must outlive it. Thread-safe: Submit, Metrics
+/// and handles may be used from any thread.
+class Scheduler {
+ public:
+  /// Allocates every slot's state and the forward context. Throws crossword::Error on bad options
+  /// or when memory cannot be had.
+  Scheduler(const Engine& engine, SchedulerOptions options);
+  /// Cancels what is queued and active (their on_done runs) and joins the thread.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  const SchedulerOptions& options() const { return options_; }
+
+  /// Queues a request. Throws crossword::Error (nothing queued, on_done not called) when the
+  /// prompt is empty or does not fit n_ctx, the queue is full, or the scheduler is stopping.
+  std::shared_ptr<RequestHandle> Submit(ScheduledRequest request);
+
+  SchedulerMetrics Metrics() const;
+
+ private:
+  struct Pending;
+  struct Slot;
+  void Loop();
+  void Admit(std::unique_ptr<Pending> p, Slot& slot);
+  int ChooseSlot(const ScheduledRequest& request) const;
+  bool Step();
+  void Finish(Slot& slot, const std::string& error);
+  void StartGeneration(Slot& slot);
+
+  const Engine& engine_;
+  SchedulerOptions options_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::unique_ptr<model::ForwardContext> ctx_;
+  std::vector<model::SequenceInput> inputs_;  // scratch of Step
+  std::vector<int> members_;                  // slot index of each input
+  size_t rr_ = 0;                             // round-robin start of prefill budget sharing
+  uint64_t use_clock_ = 0;                    // LRU order of slots
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Pending>> queue_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  SchedulerMetrics metrics_;
+  std::thread thread_;
+};
+
+}  // namespace crossword::engine

@@ -1,0 +1,481 @@
+// Request validation: every field the server reads is type- and range-checked here, so that the
+// handlers only ever see well-formed requests (docs/server.md lists the fields).
+#include "server/api.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace crossword::server {
+
+using json = nlohmann::ordered_json;
+
+void BadRequest(const std::string& param, const std::string& message) {
+  throw ApiError(400, "invalid_request_error", param, message);
+}
+
+json ErrorJson(const ApiError& e) {
+  json err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param().empty()) err["param"] = e.param();
+  if (!e.code().empty()) err["code"] = e.code();
+  return {{"error", err}};
+}
+
+json ParseBody(std::string_view body) {
+  if (body.empty()) BadRequest("", "the request body is empty; send a JSON object");
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    // nlohmann rejects ill-formed UTF-8 and unpaired surrogate escapes as parse errors too.
+    BadRequest("", std::string("the request body is not valid JSON (UTF-8): ") + e.what());
+  }
+  if (!j.is_object()) BadRequest("", "the request body must be a JSON object");
+  return j;
+}
+
+ReasoningFormat ParseReasoningFormat(std::string_view name, const std::string& param) {
+  if (name == "deepseek" || name == "auto") return ReasoningFormat::kDeepseek;
+  if (name == "none") return ReasoningFormat::kNone;
+  BadRequest(param, "'" + param + "' must be \"deepseek\", \"auto\" or \"none\" (got \"" +
+                        std::string(name) + "\")");
+}
+
+namespace {
+
+// The field's value, or nullptr when absent or JSON null (OpenAI treats null as absent).
+const json* Field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string TypeName(const json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+[[noreturn]] void WrongType(const std::string& param, const char* want, const json& v) {
+  BadRequest(param, "'" + param + "' must be " + want + " (got " + TypeName(v) + ")");
+}
+
+double Number(const json& v, const std::string& param, double lo, double hi) {
+  if (!v.is_number()) WrongType(param, "a number", v);
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi) {
+    BadRequest(param, "'" + param + "' must be in [" + json(lo).dump() + ", " + json(hi).dump() +
+                          "] (got " + v.dump() + ")");
+  }
+  return x;
+}
+
+int64_t Integer(const json& v, const std::string& param, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer() && !v.is_number_unsigned()) WrongType(param, "an integer", v);
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    BadRequest(param, "'" + param + "' is too large (got " + v.dump() + ")");
+  }
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) {
+    BadRequest(param, "'" + param + "' must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "] (got " + std::to_string(x) + ")");
+  }
+  return x;
+}
+
+bool Bool(const json& v, const std::string& param) {
+  if (!v.is_boolean()) WrongType(param, "a boolean", v);
+  return v.get<bool>();
+}
+
+const std::string& String(const json& v, const std::string& param) {
+  if (!v.is_string()) WrongType(param, "a string", v);
+  return v.get_ref<const std::string&>();
+}
+
+const json& Object(const json& v, const std::string& param) {
+  if (!v.is_object()) WrongType(param, "an object", v);
+  return v;
+}
+
+// OpenAI fields crossword accepts and ignores: their types are still checked.
+void CheckIgnoredFields(const json& body) {
+  static constexpr const char* kStrings[] = {"model", "user", "service_tier"};
+  for (const char* f : kStrings) {
+    if (const json* v = Field(body, f)) String(*v, f);
+  }
+  static constexpr const char* kObjects[] = {"metadata", "prediction"};
+  for (const char* f : kObjects) {
+    if (const json* v = Field(body, f)) Object(*v, f);
+  }
+  static constexpr const char* kBools[] = {"store"};
+  for (const char* f : kBools) {
+    if (const json* v = Field(body, f)) Bool(*v, f);
+  }
+  if (const json* v = Field(body, "modalities"); v && !v->is_array())
+    WrongType("modalities", "an array", *v);
+  if (const json* v = Field(body, "response_format")) {
+    const json* type = Field(Object(*v, "response_format"), "type");
+    if (!type) BadRequest("response_format.type", "'response_format.type' is required");
+    if (String(*type, "response_format.type") != "text") {
+      BadRequest("response_format",
+                 "response_format '" + type->get<std::string>() +
+                     "' is not supported (no constrained decoding yet); use \"text\"");
+    }
+  }
+}
+
+void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::DecodeParams& p) {
+  if (const json* v = Field(obj, "mode")) {
+    const std::string& m = String(*v, prefix + "mode");
+    try {
+      p.mode = decode::ParseMode(m);
+    } catch (const Error&) {
+      BadRequest(
+          prefix + "mode",
+          "'" + prefix + "mode' must be \"ar\", \"diffusion\" or \"spec\" (got \"" + m + "\")");
+    }
+  }
+  if (const json* v = Field(obj, "block_size"))
+    p.block_size = static_cast<int>(Integer(*v, prefix + "block_size", 2, 256));
+  if (const json* v = Field(obj, "threshold")) {
+    const double t = Number(*v, prefix + "threshold", 0.0, 1.0);
+    if (t <= 0.0) BadRequest(prefix + "threshold", "'" + prefix + "threshold' must be in (0, 1]");
+    p.threshold = static_cast<float>(t);
+  }
+}
+
+void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
+                           GenerationRequest& r) {
+  CheckIgnoredFields(body);
+  decode::DecodeParams& p = r.params;
+  p = defaults.params;
+  for (const char* f : {"max_tokens", "max_completion_tokens", "n_predict"}) {
+    if (const json* v = Field(body, f)) {
+      p.max_tokens = Integer(*v, f, 1, std::numeric_limits<int32_t>::max());
+      r.max_tokens_given = true;
+    }
+  }
+  if (const json* v = Field(body, "n")) {
+    if (Integer(*v, "n", 1, 128) != 1) {
+      BadRequest("n", "only n = 1 is supported: send several requests for several choices");
+    }
+  }
+  decode::SamplingParams& s = p.sampling;
+  if (const json* v = Field(body, "temperature"))
+    s.temperature = static_cast<float>(Number(*v, "temperature", 0, 100));
+  if (const json* v = Field(body, "top_p")) {
+    s.top_p = static_cast<float>(Number(*v, "top_p", 0, 1));
+    if (s.top_p <= 0.0f) BadRequest("top_p", "'top_p' must be in (0, 1]");
+  }
+  if (const json* v = Field(body, "top_k"))
+    s.top_k = static_cast<int>(Integer(*v, "top_k", -1, 1 << 30));
+  if (s.top_k < 0) s.top_k = 0;  // llama.cpp: <= 0 means off
+  if (const json* v = Field(body, "min_p")) s.min_p = static_cast<float>(Number(*v, "min_p", 0, 1));
+  if (const json* v = Field(body, "presence_penalty")) {
+    s.presence_penalty = static_cast<float>(Number(*v, "presence_penalty", -2, 2));
+  }
+  if (const json* v = Field(body, "frequency_penalty")) {
+    s.frequency_penalty = static_cast<float>(Number(*v, "frequency_penalty", -2, 2));
+  }
+  for (const char* f : {"repeat_penalty", "repetition_penalty"}) {
+    if (const json* v = Field(body, f)) {
+      s.repetition_penalty = static_cast<float>(Number(*v, f, 0, 10));
+      if (s.repetition_penalty <= 0.0f) BadRequest(f, std::string("'") + f + "' must be > 0");
+    }
+  }
+  if (const json* v = Field(body, "seed")) {
+    if (!v->is_number_integer() && !v->is_number_unsigned()) WrongType("seed", "an integer", *v);
+    s.seed =
+        v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+  } else if (!s.greedy()) {
+    s.seed = std::random_device{}();  // OpenAI: sampling without a seed is not reproducible
+  }
+  if (const json* v = Field(body, "logit_bias")) {
+    for (const auto& [key, bias] : Object(*v, "logit_bias").items()) {
+      const std::string param = "logit_bias." + key;
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != key.size() || id < 0 || id >= defaults.n_vocab) {
+        BadRequest(param, "logit_bias keys must be token ids in [0, " +
+                              std::to_string(defaults.n_vocab) + ")");
+      }
+      s.logit_bias.emplace_back(static_cast<int32_t>(id),
+                                static_cast<float>(Number(bias, param, -100, 100)));
+    }
+  }
+  if (const json* v = Field(body, "stop")) {
+    auto add = [&](const json& x, const std::string& param) {
+      const std::string& t = String(x, param);
+      if (t.empty()) BadRequest(param, "stop strings must not be empty");
+      r.stop.push_back(t);
+    };
+    if (v->is_string()) {
+      add(*v, "stop");
+    } else if (v->is_array()) {
+      if (v->size() > 16) BadRequest("stop", "at most 16 stop strings are supported");
+      for (size_t i = 0; i < v->size(); ++i) add((*v)[i], "stop[" + std::to_string(i) + "]");
+    } else {
+      WrongType("stop", "a string or an array of strings", *v);
+    }
+  }
+  if (const json* v = Field(body, "stream")) r.stream = Bool(*v, "stream");
+  if (const json* v = Field(body, "stream_options")) {
+    if (const json* u = Field(Object(*v, "stream_options"), "include_usage")) {
+      r.include_usage = Bool(*u, "stream_options.include_usage");
+    }
+  }
+  if (const json* v = Field(body, "ignore_eos"); v && Bool(*v, "ignore_eos")) p.eog_ids.clear();
+  if (const json* v = Field(body, "cache_prompt")) r.cache_prompt = Bool(*v, "cache_prompt");
+  // logprobs: chat sends a boolean plus top_logprobs, completions an integer count.
+  if (const json* v = Field(body, "logprobs")) {
+    if (v->is_boolean()) {
+      if (v->get<bool>()) r.logprobs = 0;
+    } else {
+      r.logprobs = static_cast<int>(Integer(*v, "logprobs", 0, 20));
+    }
+  }
+  if (const json* v = Field(body, "top_logprobs")) {
+    const int n = static_cast<int>(Integer(*v, "top_logprobs", 0, 20));
+    if (r.logprobs < 0 && n > 0)
+      BadRequest("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (r.logprobs >= 0) r.logprobs = n;
+  }
+  // Decoding mode: the "crossword" extension object, or the same keys at the top level.
+  ApplyDecodingExtension(body, "", p);
+  if (const json* v = Field(body, "crossword"))
+    ApplyDecodingExtension(Object(*v, "crossword"), "crossword.", p);
+}
+
+// A message's content as one string: text parts are concatenated as they are.
+std::string ContentText(const json& content, const std::string& param) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) WrongType(param, "a string or an array of content parts", content);
+  std::string out;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string pp = param + "[" + std::to_string(i) + "]";
+    const json& part = Object(content[i], pp);
+    const json* type = Field(part, "type");
+    if (!type) BadRequest(pp + ".type", "'" + pp + ".type' is required");
+    const std::string& t = String(*type, pp + ".type");
+    if (t != "text")
+      BadRequest(pp + ".type", "content part type '" + t + "' is not supported (text only)");
+    const json* text = Field(part, "text");
+    if (!text) BadRequest(pp + ".text", "'" + pp + ".text' is required");
+    out += String(*text, pp + ".text");
+  }
+  return out;
+}
+
+json NormalizeToolCall(const json& call, const std::string& param) {
+  Object(call, param);
+  json out = json::object();
+  if (const json* id = Field(call, "id")) out["id"] = String(*id, param + ".id");
+  out["type"] = "function";
+  if (const json* t = Field(call, "type"); t && String(*t, param + ".type") != "function") {
+    BadRequest(param + ".type", "tool call type must be \"function\"");
+  }
+  const json* fn = Field(call, "function");
+  if (!fn) BadRequest(param + ".function", "'" + param + ".function' is required");
+  Object(*fn, param + ".function");
+  const json* name = Field(*fn, "name");
+  if (!name) BadRequest(param + ".function.name", "'" + param + ".function.name' is required");
+  json f = {{"name", String(*name, param + ".function.name")}};
+  json args = json::object();
+  if (const json* a = Field(*fn, "arguments")) {
+    if (a->is_string()) {
+      // OpenAI sends arguments as JSON text; the template needs the object.
+      const std::string& text = a->get_ref<const std::string&>();
+      try {
+        args = text.empty() ? json::object() : json::parse(text);
+      } catch (const json::parse_error&) {
+        BadRequest(param + ".function.arguments",
+                   "'" + param + ".function.arguments' is not valid JSON");
+      }
+    } else {
+      args = *a;
+    }
+    if (!args.is_object())
+      BadRequest(param + ".function.arguments", "tool call arguments must be a JSON object");
+  }
+  f["arguments"] = args;
+  out["function"] = f;
+  return out;
+}
+
+json NormalizeMessages(const json* messages) {
+  if (!messages) BadRequest("messages", "'messages' is required");
+  if (!messages->is_array()) WrongType("messages", "an array of messages", *messages);
+  if (messages->empty()) BadRequest("messages", "'messages' must contain at least one message");
+  json out = json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const std::string pm = "messages[" + std::to_string(i) + "]";
+    const json& m = Object((*messages)[i], pm);
+    const json* role = Field(m, "role");
+    if (!role) BadRequest(pm + ".role", "'" + pm + ".role' is required");
+    std::string r = String(*role, pm + ".role");
+    if (r == "developer") r = "system";
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
+      BadRequest(pm + ".role",
+                 "unknown role '" + r + "' (system, developer, user, assistant or tool)");
+    }
+    json n = {{"role", r}};
+    const json* content = Field(m, "content");
+    n["content"] = content ? ContentText(*content, pm + ".content") : std::string();
+    if (const json* name = Field(m, "name")) n["name"] = String(*name, pm + ".name");
+    if (const json* rc = Field(m, "reasoning_content"))
+      n["reasoning_content"] = String(*rc, pm + ".reasoning_content");
+    if (const json* id = Field(m, "tool_call_id"))
+      n["tool_call_id"] = String(*id, pm + ".tool_call_id");
+    if (const json* calls = Field(m, "tool_calls")) {
+      if (!calls->is_array()) WrongType(pm + ".tool_calls", "an array", *calls);
+      if (r != "assistant")
+        BadRequest(pm + ".tool_calls", "only assistant messages carry tool_calls");
+      json c = json::array();
+      for (size_t k = 0; k < calls->size(); ++k) {
+        c.push_back(NormalizeToolCall((*calls)[k], pm + ".tool_calls[" + std::to_string(k) + "]"));
+      }
+      if (!c.empty()) n["tool_calls"] = c;
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+json ValidateTools(const json& tools) {
+  if (!tools.is_array()) WrongType("tools", "an array of tools", tools);
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string pt = "tools[" + std::to_string(i) + "]";
+    const json& t = Object(tools[i], pt);
+    const json* type = Field(t, "type");
+    if (!type || String(*type, pt + ".type") != "function")
+      BadRequest(pt + ".type", "tool type must be \"function\"");
+    const json* fn = Field(t, "function");
+    if (!fn) BadRequest(pt + ".function", "'" + pt + ".function' is required");
+    Object(*fn, pt + ".function");
+    const json* name = Field(*fn, "name");
+    if (!name || String(*name, pt + ".function.name").empty()) {
+      BadRequest(pt + ".function.name", "every tool needs a non-empty function name");
+    }
+    if (const json* d = Field(*fn, "description")) String(*d, pt + ".function.description");
+    if (const json* p = Field(*fn, "parameters")) Object(*p, pt + ".function.parameters");
+  }
+  return tools;
+}
+
+}  // namespace
+
+ChatRequest ParseChatRequest(const json& body, const RequestDefaults& defaults) {
+  ChatRequest r;
+  ParseGenerationFields(body, defaults, r);
+  r.messages = NormalizeMessages(Field(body, "messages"));
+  if (const json* v = Field(body, "tools")) r.tools = ValidateTools(*v);
+  if (const json* v = Field(body, "tool_choice")) {
+    if (v->is_string()) {
+      const std::string& c = v->get_ref<const std::string&>();
+      if (c == "auto") {
+        r.tool_choice = ToolChoice::kAuto;
+      } else if (c == "none") {
+        r.tool_choice = ToolChoice::kNone;
+      } else if (c == "required") {
+        r.tool_choice = ToolChoice::kRequired;
+      } else {
+        BadRequest("tool_choice",
+                   "'tool_choice' must be \"auto\", \"none\", \"required\" or a named function");
+      }
+    } else {
+      const json& o = Object(*v, "tool_choice");
+      const json* fn = Field(o, "function");
+      const json* name = fn ? Field(Object(*fn, "tool_choice.function"), "name") : nullptr;
+      if (!name) BadRequest("tool_choice.function.name", "a named tool_choice needs function.name");
+      r.tool_choice = ToolChoice::kNamed;
+      r.tool_name = String(*name, "tool_choice.function.name");
+      bool found = false;
+      for (const auto& t : r.tools) found = found || t["function"]["name"] == r.tool_name;
+      if (!found)
+        BadRequest("tool_choice",
+                   "tool_choice names '" + r.tool_name + "', which is not in 'tools'");
+    }
+    if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
+        r.tools.empty()) {
+      BadRequest("tool_choice", "tool_choice requires a tool but 'tools' is empty");
+    }
+  }
+  if (const json* v = Field(body, "parallel_tool_calls"))
+    r.parallel_tool_calls = Bool(*v, "parallel_tool_calls");
+  r.reasoning_format = defaults.reasoning_format;
+  if (const json* v = Field(body, "reasoning_format")) {
+    r.reasoning_format = ParseReasoningFormat(String(*v, "reasoning_format"), "reasoning_format");
+  }
+  r.kwargs = defaults.kwargs;
+  if (const json* v = Field(body, "chat_template_kwargs")) {
+    for (const auto& [k, x] : Object(*v, "chat_template_kwargs").items()) r.kwargs[k] = x;
+  }
+  // Thinking switches that survive gateways dropping chat_template_kwargs.
+  if (const json* v = Field(body, "enable_thinking")) {
+    const bool on = Bool(*v, "enable_thinking");
+    if (!Field(body, "chat_template_kwargs") ||
+        !body["chat_template_kwargs"].contains("enable_thinking")) {
+      r.kwargs["enable_thinking"] = on;
+    }
+  }
+  if (const json* v = Field(body, "reasoning_effort")) {
+    const std::string& e = String(*v, "reasoning_effort");
+    if (e == "none" && !(Field(body, "chat_template_kwargs") &&
+                         body["chat_template_kwargs"].contains("enable_thinking"))) {
+      r.kwargs["enable_thinking"] = false;
+    }
+  }
+  return r;
+}
+
+CompletionRequest ParseCompletionRequest(const json& body, const RequestDefaults& defaults) {
+  CompletionRequest r;
+  ParseGenerationFields(body, defaults, r);
+  if (!Field(body, "max_tokens") && !Field(body, "n_predict") &&
+      !Field(body, "max_completion_tokens")) {
+    r.params.max_tokens = 16;  // OpenAI's default for completions
+    r.max_tokens_given = true;
+  }
+  if (const json* v = Field(body, "echo"); v && Bool(*v, "echo"))
+    BadRequest("echo", "echo is not supported");
+  if (const json* v = Field(body, "suffix")) {
+    if (!String(*v, "suffix").empty())
+      BadRequest("suffix", "suffix (fill-in-the-middle) is not supported");
+  }
+  if (const json* v = Field(body, "best_of"); v && Integer(*v, "best_of", 1, 128) != 1) {
+    BadRequest("best_of", "only best_of = 1 is supported");
+  }
+  const json* prompt = Field(body, "prompt");
+  if (!prompt) BadRequest("prompt", "'prompt' is required");
+  const json* p = prompt;
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    r.prompt = p->get<std::string>();
+    if (r.prompt.empty()) BadRequest("prompt", "'prompt' must not be empty");
+  } else if (p->is_array()) {
+    if (p->empty()) BadRequest("prompt", "'prompt' must not be empty");
+    for (size_t i = 0; i < p->size(); ++i) {
+      const json& t = (*p)[i];
+      if (t.is_string()) BadRequest("prompt", "only one prompt per request is supported");
+      r.prompt_tokens.push_back(static_cast<int32_t>(Integer(
+          t, "prompt[" + std::to_string(i) + "]", 0, std::max<int64_t>(0, defaults.n_vocab - 1))));
+    }
+    r.tokens_given = true;
+  } else {
+    WrongType("prompt", "a string or an array of token ids", *p);
+  }
+  return r;
+}
+
+}  // namespace crossword::server

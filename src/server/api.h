@@ -1,0 +1,104 @@
+// OpenAI request parsing and validation for `crossword serve`: JSON bodies of /v1/chat/completions
+// and /v1/completions become typed requests, or an ApiError that maps to OpenAI's error JSON.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.h"
+#include "decode/generation.h"
+
+namespace crossword::server {
+
+/// An error answered as HTTP `status` with `{"error": {"message", "type", "param", "code"}}`.
+/// `type` follows OpenAI: invalid_request_error (400/401/404/413), server_error (500),
+/// unavailable_error (503). `param` names the offending request field ("" = null).
+class ApiError : public Error {
+ public:
+  ApiError(int status, std::string type, std::string param, const std::string& message,
+           std::string code = "")
+      : Error(message),
+        status_(status),
+        type_(std::move(type)),
+        param_(std::move(param)),
+        code_(std::move(code)) {}
+  int status() const { return status_; }
+  const std::string& type() const { return type_; }
+  const std::string& param() const { return param_; }
+  const std::string& code() const { return code_; }
+
+ private:
+  int status_;
+  std::string type_, param_, code_;
+};
+
+/// A 400 invalid_request_error about `param`.
+[[noreturn]] void BadRequest(const std::string& param, const std::string& message);
+
+/// OpenAI's error body for `e`.
+nlohmann::ordered_json ErrorJson(const ApiError& e);
+
+/// Parses a request body: must be a JSON object in UTF-8. Malformed JSON, truncated bodies,
+/// invalid UTF-8 and lone surrogates (\ud800 escapes without their pair) are a 400.
+nlohmann::ordered_json ParseBody(std::string_view body);
+
+enum class ReasoningFormat : uint8_t { kDeepseek, kNone };
+/// "deepseek" | "auto" (= deepseek) | "none"; ApiError otherwise.
+ReasoningFormat ParseReasoningFormat(std::string_view name, const std::string& param);
+
+enum class ToolChoice : uint8_t { kAuto, kNone, kRequired, kNamed };
+
+/// Fields shared by both generation endpoints.
+struct GenerationRequest {
+  decode::DecodeParams params;    ///< server defaults with the request's fields applied
+  bool max_tokens_given = false;  ///< else params.max_tokens is set to the context left
+  std::vector<std::string> stop;  ///< stop strings (non-empty)
+  bool stream = false;
+  bool include_usage = false;  ///< stream_options.include_usage
+  bool cache_prompt = true;    ///< false: no prompt-cache reuse (llama-server's field)
+  int logprobs = -1;           ///< -1: off; else alternatives per token (chat top_logprobs,
+                               ///< completions logprobs); AR mode only
+};
+
+/// A validated /v1/chat/completions request.
+struct ChatRequest : GenerationRequest {
+  nlohmann::ordered_json messages;  ///< normalized: content is a string (text parts joined),
+                                    ///< tool-call arguments are objects, "developer" -> "system"
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();    ///< OpenAI form, validated
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  ///< chat_template_kwargs
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_name;  ///< kNamed: the function to call
+  bool parallel_tool_calls = true;
+  ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;
+};
+
+/// A validated /v1/completions request (one prompt).
+struct CompletionRequest : GenerationRequest {
+  std::string prompt;                  ///< text prompt, or
+  std::vector<int32_t> prompt_tokens;  ///< token ids given directly
+  bool tokens_given = false;
+};
+
+/// Server-side defaults a request starts from.
+struct RequestDefaults {
+  decode::DecodeParams params;  ///< the model's defaults with the server's --mode etc. applied
+  ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  ///< --chat-template-kwargs
+  int64_t n_vocab = 0;                                               ///< for logit_bias ids
+};
+
+/// Validates a chat completion body (see docs/server.md for every field). Throws ApiError(400)
+/// naming the field on wrong types, out-of-range values, empty messages, n > 1, unsupported
+/// options (logprobs, response_format other than text).
+ChatRequest ParseChatRequest(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
+
+/// Validates a completion body (`prompt` as a string, a list of one string, token ids, or a list
+/// of one token-id list). Throws ApiError(400) like ParseChatRequest.
+CompletionRequest ParseCompletionRequest(const nlohmann::ordered_json& body,
+                                         const RequestDefaults& defaults);
+
+}  // namespace crossword::server

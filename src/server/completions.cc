@@ -1,0 +1,459 @@
+// The generation endpoints: /v1/chat/completions and /v1/completions, streamed (SSE) or not, on
+// top of the scheduler; plus /apply-template (the exact prompt a chat request becomes).
+#include <chrono>
+#include <thread>
+
+#include "chat/template.h"
+#include "server/server_impl.h"
+#include "server/socket_watch.h"
+
+namespace crossword::server {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+using Kind = chat::StreamDelta::Kind;
+
+namespace {
+
+constexpr auto kPoll =
+    std::chrono::milliseconds(50);  // how often a waiting handler checks its client
+
+struct Timings {
+  double queue_s = 0, prompt_s = 0, gen_s = 0;
+};
+
+Timings TimingsOf(const Exchange& ex) {
+  const auto& o = ex.outcome;
+  Timings t;
+  t.queue_s = o.queue_seconds;
+  const double first = ex.first_token_at >= 0 ? ex.first_token_at : o.total_seconds;
+  t.prompt_s = std::max(0.0, first - o.queue_seconds);
+  t.gen_s = std::max(0.0, o.total_seconds - first);
+  return t;
+}
+
+json UsageJson(const engine::RequestOutcome& o) {
+  const int64_t out = static_cast<int64_t>(o.output.size());
+  return {{"prompt_tokens", o.prompt_tokens},
+          {"completion_tokens", out},
+          {"total_tokens", o.prompt_tokens + out},
+          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+}
+
+// llama-server's "timings" object plus crossword's decoding counters.
+json TimingsJson(const Exchange& ex, decode::Mode mode) {
+  const auto& o = ex.outcome;
+  const Timings t = TimingsOf(ex);
+  const int64_t n = static_cast<int64_t>(o.output.size());
+  return {
+      {"cache_n", o.cached_tokens},
+      {"prompt_n", o.prompt_tokens - o.cached_tokens},
+      {"prompt_ms", t.prompt_s * 1e3},
+      {"predicted_n", n},
+      {"predicted_ms", t.gen_s * 1e3},
+      {"predicted_per_second", n > 1 && t.gen_s > 0 ? static_cast<double>(n - 1) / t.gen_s : 0.0},
+      {"queue_ms", t.queue_s * 1e3},
+      {"mode", decode::ModeName(mode)},
+      {"forward_passes", o.stats.forward_passes()},
+      {"tokens_per_pass", o.stats.tokens_per_pass()}};
+}
+
+std::string FinishReasonText(const Exchange& ex, int n_calls) {
+  if (ex.outcome.finish == decode::FinishReason::kLength) return "length";
+  return n_calls > 0 ? "tool_calls" : "stop";
+}
+
+std::string Sse(const json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+// Chat: {"content": [entries]}; completions: the legacy parallel lists.
+json LogprobsJson(bool chat, const std::vector<json>& entries) {
+  if (chat) return {{"content", entries}, {"refusal", nullptr}};
+  json tokens = json::array(), lps = json::array(), tops = json::array();
+  for (const auto& e : entries) {
+    tokens.push_back(e["token"]);
+    lps.push_back(e["logprob"]);
+    json t = json::object();
+    for (const auto& a : e["top_logprobs"]) t[a["token"].get<std::string>()] = a["logprob"];
+    tops.push_back(t);
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", lps},
+          {"top_logprobs", tops},
+          {"text_offset", json::array()}};
+}
+
+}  // namespace
+
+void Server::Impl::HandleApplyTemplate(const httplib::Request& req, httplib::Response& res) {
+  RequireReady();
+  const ChatRequest r = ParseChatRequest(ParseBody(req.body), defaults);
+  engine::Engine::ChatPrompt cp;
+  try {
+    cp = engine->EncodeChat(r.messages,
+                            r.tool_choice == ToolChoice::kNone ? json::array() : r.tools, r.kwargs);
+  } catch (const chat::TemplateException& e) {
+    BadRequest("messages", e.what());
+  } catch (const chat::TemplateError& e) {
+    BadRequest("messages", std::string("the chat template failed on these messages: ") + e.what());
+  }
+  res.set_content(Dump({{"prompt", cp.text}, {"tokens", cp.tokens}, {"think_open", cp.think_open}}),
+                  "application/json");
+}
+
+void Server::Impl::HandleChat(const httplib::Request& req, httplib::Response& res) {
+  RequireReady();
+  ChatRequest r = ParseChatRequest(ParseBody(req.body), defaults);
+  // Which tools the model sees: none for "none", only the named one for a named choice.
+  json tools = json::array();
+  if (r.tool_choice == ToolChoice::kRequired && r.tools.size() == 1) {
+    r.tool_choice = ToolChoice::kNamed;  // one tool: "required" can only mean that one
+    r.tool_name = r.tools[0]["function"]["name"].get<std::string>();
+  }
+  if (r.tool_choice == ToolChoice::kNamed) {
+    for (const auto& t : r.tools) {
+      if (t["function"]["name"] == r.tool_name) tools.push_back(t);
+    }
+  } else if (r.tool_choice != ToolChoice::kNone) {
+    tools = r.tools;
+  }
+  engine::Engine::ChatPrompt cp;
+  try {
+    cp = engine->EncodeChat(r.messages, tools, r.kwargs);
+  } catch (const chat::TemplateException& e) {
+    BadRequest("messages",
+               e.what());  // the template's own message, e.g. "No user query found in messages."
+  } catch (const chat::TemplateError& e) {
+    BadRequest("messages", std::string("the chat template failed on these messages: ") + e.what());
+  }
+  GenerationJob job;
+  job.chat = true;
+  job.prompt = std::move(cp.tokens);
+  job.output.stop = r.stop;
+  job.output.parse = r.reasoning_format == ReasoningFormat::kDeepseek;
+  job.output.parse_options.thinking_opened = cp.think_open;
+  job.output.parse_options.parse_tool_calls = !tools.empty();
+  job.output.parse_options.tools = tools;
+  job.output.single_tool_call = !r.parallel_tool_calls;
+  // "required" / named: when the answer starts right away (thinking off), the call's opening is
+  // put into the prompt so the model can only continue a call (and it is parsed as output).
+  if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
+      !cp.think_open && job.output.parse) {
+    const std::string open = "<tool_call>\n<function=";
+    engine->tokenizer().EncodeAppend(open, /*parse_special=*/true, job.prompt);
+    std::string rest;
+    if (r.tool_choice == ToolChoice::kNamed) {
+      rest = r.tool_name + ">\n";
+      engine->tokenizer().EncodeAppend(rest, /*parse_special=*/false, job.prompt);
+    }
+    job.output.forced_prefix = open + rest;
+  }
+  r.params.think_open = cp.think_open;
+  if (options.log_prompts) job.prompt_text = cp.text + job.output.forced_prefix;
+  job.gen = std::move(static_cast<GenerationRequest&>(r));
+  Generate(req, res, std::move(job));
+}
+
+void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res) {
+  RequireReady();
+  CompletionRequest r = ParseCompletionRequest(ParseBody(req.body), defaults);
+  GenerationJob job;
+  job.chat = false;
+  // A raw prompt is the caller's own markup: special tokens in it are parsed (as llama-server).
+  job.prompt = r.tokens_given ? r.prompt_tokens
+                              : engine->tokenizer().Encode(r.prompt, /*parse_special=*/true);
+  if (job.prompt.empty()) BadRequest("prompt", "the prompt encodes to no tokens");
+  job.output.stop = r.stop;
+  job.output.parse = false;
+  r.params.think_open = engine->ThinkOpen(job.prompt);
+  if (options.log_prompts) job.prompt_text = r.tokens_given ? "(token ids)" : r.prompt;
+  job.gen = std::move(static_cast<GenerationRequest&>(r));
+  Generate(req, res, std::move(job));
+}
+
+void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
+                            GenerationJob job) {
+  const int64_t n_prompt = static_cast<int64_t>(job.prompt.size());
+  if (n_prompt >= n_ctx_slot) {
+    throw ApiError(
+        400, "invalid_request_error", job.chat ? "messages" : "prompt",
+        fmt::format(
+            "the prompt has {} tokens but a slot's context holds {} (prompt + answer); shorten "
+            "it or start the server with a larger -c",
+            n_prompt, n_ctx_slot),
+        "context_length_exceeded");
+  }
+  decode::DecodeParams& params = job.gen.params;
+  if (!job.gen.max_tokens_given) params.max_tokens = n_ctx_slot - n_prompt;
+  if (params.mode != decode::Mode::kAr && params.block_size > scheduler->options().max_block_size) {
+    BadRequest("crossword.block_size",
+               fmt::format("block_size {} exceeds this server's --max-block-size {}",
+                           params.block_size, scheduler->options().max_block_size));
+  }
+  if (params.mode != decode::Mode::kAr && job.gen.logprobs >= 0) {
+    BadRequest("logprobs", "logprobs are available in mode \"ar\" only");
+  }
+  if (params.mode != decode::Mode::kAr && params.mask_id < 0) {
+    BadRequest("crossword.mode", "this model has no mask token: only mode \"ar\" is available");
+  }
+
+  auto ex = std::make_shared<Exchange>(engine->tokenizer(), job.output);
+  ex->stream.Begin(ex->deltas);
+  engine::ScheduledRequest sr;
+  sr.prompt = job.prompt;
+  sr.params = params;
+  sr.use_cache = job.gen.cache_prompt;
+  const int top = job.gen.logprobs;
+  const tokenizer::Tokenizer* tok = &engine->tokenizer();
+  sr.on_token = [ex, top, tok](int32_t token, std::span<const float> logits) {
+    ex->scratch.clear();
+    const bool go = ex->stream.OnToken(token, ex->scratch);
+    json lp;
+    if (top >= 0 && !logits.empty()) lp = TokenLogprob(*tok, token, logits, top);
+    {
+      std::lock_guard lk(ex->mu);
+      if (!lp.is_null()) ex->logprobs.push_back(std::move(lp));
+      if (ex->first_token_at < 0) {
+        ex->first_token_at = std::chrono::duration<double>(Clock::now() - ex->submitted).count();
+      }
+      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+    }
+    ex->cv.notify_all();
+    return go;
+  };
+  sr.on_done = [ex](const engine::RequestOutcome& o) {
+    ex->scratch.clear();
+    ex->stream.Finish(ex->scratch);
+    {
+      std::lock_guard lk(ex->mu);
+      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+      ex->outcome = o;
+      ex->stopped = ex->stream.stopped_by_string();
+      ex->done = true;
+    }
+    ex->cv.notify_all();
+  };
+  ex->submitted = Clock::now();
+  try {
+    ex->handle = scheduler->Submit(std::move(sr));
+  } catch (const Error& e) {
+    throw ApiError(503, "unavailable_error", "", e.what());
+  }
+
+  const std::string id = NewId(job.chat ? "chatcmpl-" : "cmpl-");
+  const int64_t created_at = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  const decode::Mode mode = params.mode;
+  const SocketWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  const std::string prompt_text = std::move(job.prompt_text);
+  auto log_line = [this, mode, id, prompt_text](const Exchange& e, const char* how) {
+    const auto& o = e.outcome;
+    const Timings t = TimingsOf(e);
+    const double tps =
+        o.output.size() > 1 && t.gen_s > 0 ? static_cast<double>(o.output.size() - 1) / t.gen_s : 0;
+    std::string s = fmt::format(
+        "| {} {} slot {} prompt {} (cached {}) out {} finish {} | queue {:.3f} s prompt "
+        "{:.3f} s gen {:.3f} s {:.1f} tokens/s | {} {:.2f} tokens/pass",
+        how, id, o.slot, o.prompt_tokens, o.cached_tokens, o.output.size(),
+        decode::FinishReasonName(o.finish), t.queue_s, t.prompt_s, t.gen_s, tps,
+        decode::ModeName(mode), o.stats.tokens_per_pass());
+    if (!o.error.empty()) s += " | error: " + o.error;
+    if (options.log_prompts) {
+      log.Info("{} prompt: {}", id, prompt_text);
+    }
+    return s;
+  };
+
+  if (!job.gen.stream) {
+    for (;;) {
+      std::unique_lock lk(ex->mu);
+      if (ex->cv.wait_for(lk, kPoll, [&] { return ex->done; })) break;
+      lk.unlock();
+      if (stopping.load() || watch.PeerClosed()) {
+        ex->handle->Cancel();
+        SetLogExtra(req, fmt::format("| {} client gone, cancelled", id));
+        throw ApiError(499, "invalid_request_error", "", "the client closed the connection");
+      }
+    }
+    std::lock_guard lk(ex->mu);
+    if (!ex->outcome.error.empty()) {
+      SetLogExtra(req, log_line(*ex, "failed"));
+      throw ApiError(500, "server_error", "", "generation failed: " + ex->outcome.error);
+    }
+    MessageBuilder mb;
+    for (const auto& d : ex->deltas) mb.Add(d);
+    json body;
+    const std::string finish = FinishReasonText(*ex, static_cast<int>(mb.calls.size()));
+    if (job.chat) {
+      json msg = {{"role", "assistant"}, {"content", mb.content}};
+      if (!mb.reasoning.empty()) msg["reasoning_content"] = mb.reasoning;
+      if (!mb.calls.empty()) {
+        json calls = json::array();
+        for (const auto& c : mb.calls) {
+          calls.push_back({{"id", NewId("call_")},
+                           {"type", "function"},
+                           {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+        }
+        msg["tool_calls"] = calls;
+        if (mb.content.empty()) msg["content"] = nullptr;
+      }
+      body = {{"id", id},
+              {"object", "chat.completion"},
+              {"created", created_at},
+              {"model", model_name},
+              {"system_fingerprint", "crossword-0.1.0"},
+              {"choices", json::array({{{"index", 0},
+                                        {"message", msg},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", finish}}})}};
+    } else {
+      body = {{"id", id},
+              {"object", "text_completion"},
+              {"created", created_at},
+              {"model", model_name},
+              {"system_fingerprint", "crossword-0.1.0"},
+              {"choices", json::array({{{"text", mb.content},
+                                        {"index", 0},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", finish}}})}};
+    }
+    if (job.gen.logprobs >= 0)
+      body["choices"][0]["logprobs"] = LogprobsJson(job.chat, ex->logprobs);
+    body["usage"] = UsageJson(ex->outcome);
+    body["timings"] = TimingsJson(*ex, mode);
+    if (options.log_prompts)
+      log.Info("{} answer: {}{}", id,
+               mb.reasoning.empty() ? "" : "[reasoning] " + mb.reasoning + " [/reasoning] ",
+               mb.content);
+    res.set_content(Dump(body), "application/json");
+    SetLogExtra(req, log_line(*ex, "done"));
+    return;
+  }
+
+  const bool chat = job.chat, include_usage = job.gen.include_usage,
+             logprobs = job.gen.logprobs >= 0;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  auto chunk = [this, id, created_at, chat, include_usage](json delta_or_text, const json& finish) {
+    json c = {{"id", id},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_at},
+              {"model", model_name},
+              {"system_fingerprint", "crossword-0.1.0"}};
+    if (chat) {
+      c["choices"] = json::array({{{"index", 0},
+                                   {"delta", std::move(delta_or_text)},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", finish}}});
+    } else {
+      c["choices"] = json::array({{{"text", std::move(delta_or_text)},
+                                   {"index", 0},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", finish}}});
+    }
+    if (include_usage) c["usage"] = nullptr;
+    return c;
+  };
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, ex, &req, watch, chunk, chat, include_usage, logprobs, mode, log_line, id](
+          size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        auto gone = [&](const char* why) {
+          ex->handle->Cancel();
+          SetLogExtra(req, fmt::format("| {} {}, cancelled", id, why));
+          return false;
+        };
+        if (chat && !write(Sse(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))))
+          return gone("client gone");
+        std::vector<std::string> call_ids;
+        std::vector<json> lp_pending;
+        for (;;) {
+          std::vector<chat::StreamDelta> got;
+          bool done;
+          {
+            std::unique_lock lk(ex->mu);
+            ex->cv.wait_for(lk, kPoll, [&] { return !ex->deltas.empty() || ex->done; });
+            got.swap(ex->deltas);
+            // Token logprobs ride on the next chunk that carries text (or the final one).
+            if (!got.empty()) {
+              for (auto& e : ex->logprobs) lp_pending.push_back(std::move(e));
+              ex->logprobs.clear();
+            }
+            done = ex->done;
+          }
+          std::string out;
+          auto with_logprobs = [&](json c) {
+            if (logprobs && !lp_pending.empty()) {
+              c["choices"][0]["logprobs"] = LogprobsJson(chat, lp_pending);
+              lp_pending.clear();
+            }
+            return c;
+          };
+          for (auto& d : got) {
+            if (!chat) {
+              out += Sse(with_logprobs(chunk(d.text, nullptr)));
+              continue;
+            }
+            json delta;
+            switch (d.kind) {
+              case Kind::kContent:
+                delta = {{"content", d.text}};
+                break;
+              case Kind::kReasoning:
+                delta = {{"reasoning_content", d.text}};
+                break;
+              case Kind::kToolCallStart:
+                call_ids.push_back(NewId("call_"));
+                delta = {{"tool_calls",
+                          json::array({{{"index", d.index},
+                                        {"id", call_ids.back()},
+                                        {"type", "function"},
+                                        {"function", {{"name", d.name}, {"arguments", ""}}}}})}};
+                break;
+              case Kind::kToolCallArguments:
+                delta = {{"tool_calls", json::array({{{"index", d.index},
+                                                      {"function", {{"arguments", d.text}}}}})}};
+                break;
+            }
+            out += Sse(with_logprobs(chunk(std::move(delta), nullptr)));
+          }
+          if (!out.empty() && !write(out)) return gone("client gone");
+          if (done) break;
+          if (stopping.load()) return gone("server stopping");
+          if (watch.PeerClosed()) return gone("client gone");
+        }
+        std::string tail;
+        {
+          std::lock_guard lk(ex->mu);
+          if (!ex->outcome.error.empty()) {
+            tail = Sse(ErrorJson(
+                ApiError(500, "server_error", "", "generation failed: " + ex->outcome.error)));
+          } else {
+            const std::string finish = FinishReasonText(*ex, static_cast<int>(call_ids.size()));
+            for (auto& e : ex->logprobs) lp_pending.push_back(std::move(e));
+            ex->logprobs.clear();
+            json last = chunk(chat ? json::object() : json(""), finish);
+            if (logprobs) last["choices"][0]["logprobs"] = LogprobsJson(chat, lp_pending);
+            last["timings"] = TimingsJson(*ex, mode);
+            tail = Sse(last);
+            if (include_usage) {
+              json u = chunk(json::object(), nullptr);
+              u["choices"] = json::array();
+              u["usage"] = UsageJson(ex->outcome);
+              tail += Sse(u);
+            }
+          }
+          tail += "data: [DONE]\n\n";
+          SetLogExtra(req, log_line(*ex, ex->outcome.error.empty() ? "done" : "failed"));
+        }
+        if (!write(tail)) return false;
+        sink.done();
+        return true;
+      },
+      [ex](bool success) {
+        if (!success) ex->handle->Cancel();
+      });
+}
+
+}  // namespace crossword::server

@@ -1,0 +1,423 @@
+// Server: HTTP setup (threads, limits, auth, error bodies, one log line per request), model
+// loading behind /health, and the small routes (models, metrics, tokenize, detokenize).
+#include "server/server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "server/server_impl.h"
+#include "tokenizer/utf8.h"
+
+namespace crossword::server {
+
+using json = nlohmann::ordered_json;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(Dump(ErrorJson(e)), "application/json");
+}
+
+void Server::Impl::SetLogExtra(const httplib::Request& req, std::string text) {
+  std::lock_guard lk(log_mu);
+  log_extra[&req] = std::move(text);
+}
+
+std::string Server::Impl::NewId(const char* prefix) {
+  static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = prefix;
+  std::lock_guard lk(rng_mu);
+  for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];
+  return id;
+}
+
+void Server::Impl::RequireReady() const {
+  if (!ready.load())
+    throw ApiError(503, "unavailable_error", "", "the model is still loading; retry shortly");
+}
+
+namespace {
+
+// Constant-time comparison: the time taken does not reveal how much of a key matched.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0 && !b.empty();
+}
+
+const char* StatusText(int status) {
+  switch (status) {
+    case 400:
+      return "bad request";
+    case 401:
+      return "unauthorized";
+    case 404:
+      return "not found";
+    case 405:
+      return "method not allowed";
+    case 413:
+      return "request body too large";
+    case 503:
+      return "unavailable";
+    default:
+      return "error";
+  }
+}
+
+}  // namespace
+
+void Server::Impl::Route(const std::string& method, const std::string& pattern,
+                         std::function<void(const httplib::Request&, httplib::Response&)> fn) {
+  auto wrapped = [this, fn](const httplib::Request& req, httplib::Response& res) {
+    try {
+      fn(req, res);
+    } catch (const ApiError& e) {
+      SendError(res, e);
+      SetLogExtra(req, std::string("| ") + e.type() +
+                           (e.param().empty() ? "" : " param " + e.param()) +
+                           (options.log_prompts ? std::string(": ") + e.what() : ""));
+    } catch (const std::exception& e) {
+      log.Err("{} {}: internal error: {}", req.method, req.path, e.what());
+      SendError(res, ApiError(500, "server_error", "", std::string("internal error: ") + e.what()));
+    }
+  };
+  if (method == "GET") {
+    http.Get(pattern, wrapped);
+  } else {
+    http.Post(pattern, wrapped);
+  }
+}
+
+void Server::Impl::Setup() {
+  const int threads =
+      options.http_threads > 0 ? options.http_threads : std::max(16, 4 * options.n_slots + 8);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_payload_max_length(options.max_body_bytes);
+  http.set_tcp_nodelay(true);  // SSE chunks are small: do not let Nagle hold them back
+  http.set_keep_alive_max_count(1000);
+  http.set_read_timeout(30, 0);
+  http.set_write_timeout(30, 0);
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    ++http_requests;
+    if (options.api_key.empty() || req.path == "/health" || req.path == "/v1/health") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string bearer = "Bearer ";
+    if (auth.compare(0, bearer.size(), bearer) == 0 &&
+        SameSecret(auth.substr(bearer.size()), options.api_key)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    SendError(res, ApiError(401, "invalid_request_error", "",
+                            auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
+                                         : "incorrect API key provided",
+                            "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Bodies for errors the library produces itself (404, 413, 400 for unparsable HTTP).
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg = StatusText(res.status);
+    if (res.status == 404) msg = "no route for " + req.method + " " + req.path;
+    if (res.status == 413)
+      msg = "the request body is larger than this server accepts (--max-body-size)";
+    const std::string code = res.status == 413 ? "request_too_large" : "";
+    SendError(res,
+              ApiError(res.status, res.status >= 500 ? "server_error" : "invalid_request_error", "",
+                       msg, code));
+  });
+  http.set_exception_handler(
+      [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        log.Err("{} {}: internal error: {}", req.method, req.path, what);
+        SendError(res, ApiError(500, "server_error", "", "internal error: " + what));
+      });
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    if (res.status >= 500) {
+      ++http_5xx;
+    } else if (res.status >= 400) {
+      ++http_4xx;
+    }
+    std::string extra;
+    {
+      std::lock_guard lk(log_mu);
+      auto it = log_extra.find(&req);
+      if (it != log_extra.end()) {
+        extra = std::move(it->second);
+        log_extra.erase(it);
+      }
+    }
+    log.Info("{}:{} {} {} {} {}", req.remote_addr, req.remote_port, req.method, req.path,
+             res.status, extra);
+  });
+
+  auto health = [this](const httplib::Request&, httplib::Response& res) {
+    if (ready.load()) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    } else {
+      res.status = 503;
+      res.set_content(
+          R"({"status":"loading","error":{"code":503,"message":"Loading model","type":"unavailable_error"}})",
+          "application/json");
+    }
+  };
+  Route("GET", "/health", health);
+  Route("GET", "/v1/health", health);
+  for (const char* p : {"/v1/models", "/models"}) {
+    Route("GET", p,
+          [this](const httplib::Request& q, httplib::Response& r) { HandleModels(q, r); });
+  }
+  Route("GET", "/metrics",
+        [this](const httplib::Request& q, httplib::Response& r) { HandleMetrics(q, r); });
+  for (const char* p : {"/v1/chat/completions", "/chat/completions"}) {
+    Route("POST", p, [this](const httplib::Request& q, httplib::Response& r) { HandleChat(q, r); });
+  }
+  for (const char* p : {"/v1/completions", "/completions"}) {
+    Route("POST", p,
+          [this](const httplib::Request& q, httplib::Response& r) { HandleCompletion(q, r); });
+  }
+  Route("POST", "/apply-template",
+        [this](const httplib::Request& q, httplib::Response& r) { HandleApplyTemplate(q, r); });
+  Route("POST", "/tokenize",
+        [this](const httplib::Request& q, httplib::Response& r) { HandleTokenize(q, r); });
+  Route("POST", "/detokenize",
+        [this](const httplib::Request& q, httplib::Response& r) { HandleDetokenize(q, r); });
+}
+
+void Server::Impl::Load() {
+  engine = engine::Engine::Load(options.engine);
+  const model::Hparams& hp = engine->model().hparams();
+  Check(options.n_slots >= 1, "-np must be >= 1 (got {})", options.n_slots);
+  if (options.n_ctx > 0) {
+    n_ctx_slot = options.n_ctx / options.n_slots;
+    Check(n_ctx_slot >= 16,
+          "-c {} over {} slots leaves {} tokens per slot; give at least 16 per slot", options.n_ctx,
+          options.n_slots, n_ctx_slot);
+  } else {
+    n_ctx_slot = hp.n_ctx_train > 0 ? std::min<int64_t>(4096, hp.n_ctx_train) : 4096;
+  }
+  decode::DecodeParams p = engine->DefaultDecodeParams();
+  p.mode = decode::ParseMode(options.mode);
+  if (options.block_size != 0) p.block_size = options.block_size;
+  if (options.threshold != 0) p.threshold = static_cast<float>(options.threshold);
+  Check(p.block_size >= 2 && p.block_size <= 256, "--block-size must be in [2, 256] (got {})",
+        p.block_size);
+  Check(p.threshold > 0 && p.threshold <= 1, "--threshold must be in (0, 1] (got {})", p.threshold);
+  if (options.no_dllm_biases) p.dllm_biases = false;
+  if (p.mode != decode::Mode::kAr && p.mask_id < 0) {
+    Fail(
+        "--mode {} needs a model with a mask token (tokenizer.ggml.mask_token_id); this one has "
+        "none",
+        options.mode);
+  }
+  defaults.params = p;
+  defaults.reasoning_format = options.reasoning_format;
+  defaults.kwargs = options.chat_template_kwargs;
+  defaults.n_vocab = engine->tokenizer().n_vocab();
+  engine::SchedulerOptions so;
+  so.n_slots = options.n_slots;
+  so.n_ctx = n_ctx_slot;
+  so.kv_type = options.kv_type;
+  so.batch_tokens = options.batch_tokens;
+  so.max_block_size =
+      options.max_block_size > 0 ? options.max_block_size : std::max(32, p.block_size);
+  Check(p.block_size <= so.max_block_size, "--block-size {} exceeds --max-block-size {}",
+        p.block_size, so.max_block_size);
+  so.max_queue = options.max_queue;
+  so.cache.interval = options.checkpoint_interval;
+  so.cache.max_checkpoints = options.max_checkpoints;
+  scheduler = std::make_unique<engine::Scheduler>(*engine, so);
+  if (!options.alias.empty()) {
+    model_name = options.alias;
+  } else if (options.engine.model_path.empty()) {
+    model_name = "clover-tiny";
+  } else {
+    model_name = std::filesystem::path(options.engine.model_path).stem().string();
+  }
+}
+
+void Server::Impl::HandleModels(const httplib::Request&, httplib::Response& res) {
+  json data = json::array();
+  if (ready.load()) {
+    const model::Hparams& hp = engine->model().hparams();
+    data.push_back({{"id", model_name},
+                    {"object", "model"},
+                    {"created", created},
+                    {"owned_by", "crossword"},
+                    {"meta",
+                     {{"arch", hp.arch},
+                      {"n_vocab", engine->tokenizer().n_vocab()},
+                      {"n_ctx_train", hp.n_ctx_train},
+                      {"n_ctx_slot", n_ctx_slot},
+                      {"n_slots", options.n_slots},
+                      {"mode", decode::ModeName(defaults.params.mode)},
+                      {"block_size", defaults.params.block_size},
+                      {"threshold", defaults.params.threshold}}}});
+  }
+  res.set_content(Dump({{"object", "list"}, {"data", data}}), "application/json");
+}
+
+void Server::Impl::HandleMetrics(const httplib::Request&, httplib::Response& res) {
+  engine::SchedulerMetrics m;
+  if (ready.load()) m = scheduler->Metrics();
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, auto value) {
+    out += fmt::format("# HELP crossword_{} {}\n# TYPE crossword_{} {}\ncrossword_{} {}\n", name,
+                       help, name, type, name, value);
+  };
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  metric("ready", "gauge", "1 once the model is loaded", ready.load() ? 1 : 0);
+  metric("http_requests_total", "counter", "HTTP requests received", http_requests.load());
+  metric("http_client_errors_total", "counter", "HTTP answers with status 4xx", http_4xx.load());
+  metric("http_server_errors_total", "counter", "HTTP answers with status 5xx", http_5xx.load());
+  metric("requests_submitted_total", "counter", "generation requests queued", m.requests_submitted);
+  metric("requests_finished_total", "counter", "generation requests that ended by stop or length",
+         m.requests_finished);
+  metric("requests_cancelled_total", "counter",
+         "generation requests cancelled (client gone, stop string)", m.requests_cancelled);
+  metric("requests_failed_total", "counter", "generation requests that failed in the engine",
+         m.requests_failed);
+  metric("prompt_tokens_total", "counter", "prompt tokens of requests that got a slot",
+         m.prompt_tokens);
+  metric("prompt_tokens_cached_total", "counter", "prompt tokens resumed from the prompt cache",
+         m.prompt_tokens_cached);
+  metric("generated_tokens_total", "counter", "tokens generated", m.generated_tokens);
+  metric("forward_passes_total", "counter", "batched forward passes", m.forward_passes);
+  metric("forward_tokens_total", "counter", "tokens processed by forward passes", m.forward_tokens);
+  metric("busy_seconds_total", "counter", "seconds spent in forward passes and sampling",
+         m.busy_seconds);
+  metric("tokens_per_second", "gauge", "generated tokens per busy second since start",
+         ratio(static_cast<double>(m.generated_tokens), m.busy_seconds));
+  metric("tokens_per_pass", "gauge", "generated tokens per forward pass since start",
+         ratio(static_cast<double>(m.generated_tokens), static_cast<double>(m.forward_passes)));
+  metric("sequences_per_pass", "gauge", "mean sequences batched in one forward pass",
+         ratio(static_cast<double>(m.forward_sequences), static_cast<double>(m.forward_passes)));
+  metric("queue_length", "gauge", "requests waiting for a slot", m.queue_length);
+  metric("slots_busy", "gauge", "slots decoding a request", m.slots_busy);
+  metric("slots_total", "gauge", "slots (-np)", options.n_slots);
+  metric("slot_utilization", "gauge", "busy slots / slots", ratio(m.slots_busy, options.n_slots));
+  res.set_content(out, "text/plain; version=0.0.4");
+}
+
+void Server::Impl::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+  RequireReady();
+  const json body = ParseBody(req.body);
+  auto it = body.find("content");
+  if (it == body.end() || !it->is_string()) BadRequest("content", "'content' must be a string");
+  bool parse_special = true, with_pieces = false;
+  if (auto p = body.find("parse_special"); p != body.end()) {
+    if (!p->is_boolean()) BadRequest("parse_special", "'parse_special' must be a boolean");
+    parse_special = p->get<bool>();
+  }
+  if (auto p = body.find("with_pieces"); p != body.end()) {
+    if (!p->is_boolean()) BadRequest("with_pieces", "'with_pieces' must be a boolean");
+    with_pieces = p->get<bool>();
+  }
+  const auto& tok = engine->tokenizer();
+  const std::vector<int32_t> ids = tok.Encode(it->get_ref<const std::string&>(), parse_special);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    // A piece that is part of a character is given as its bytes (llama-server does the same).
+    const std::string_view bytes = tok.TokenBytes(id);
+    json piece = std::string(bytes);
+    if (!tokenizer::IsValidUtf8(bytes)) {
+      piece = json::array();
+      for (unsigned char c : bytes) piece.push_back(c);
+    }
+    tokens.push_back({{"id", id}, {"piece", piece}});
+  }
+  res.set_content(Dump({{"tokens", tokens}}), "application/json");
+}
+
+void Server::Impl::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+  RequireReady();
+  const json body = ParseBody(req.body);
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array())
+    BadRequest("tokens", "'tokens' must be an array of token ids");
+  const auto& tok = engine->tokenizer();
+  tokenizer::StreamDecoder d(tok);
+  std::string text;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab()) {
+      BadRequest("tokens[" + std::to_string(i) + "]",
+                 "token ids must be integers in [0, " + std::to_string(tok.n_vocab()) + ")");
+    }
+    text += d.Feed(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  text += d.Flush();
+  res.set_content(Dump({{"content", text}}), "application/json");
+}
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Server::~Server() { Stop(); }
+
+void Server::Run() {
+  Impl& s = *impl_;
+  s.created = std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  s.Setup();
+  int port = s.options.port;
+  if (port == 0) {
+    port = s.http.bind_to_any_port(s.options.host);
+    if (port <= 0)
+      Fail("cannot listen on {} (any port): is the address available here? (--host)",
+           s.options.host);
+  } else if (!s.http.bind_to_port(s.options.host, port)) {
+    Fail(
+        "cannot listen on {}:{}: the port is in use or the address is not available here; choose "
+        "another "
+        "--port or --host",
+        s.options.host, port);
+  }
+  s.log.Info("listening on http://{}:{}", s.options.host, port);
+  std::thread listener([&s] { s.http.listen_after_bind(); });
+  try {
+    s.Load();
+  } catch (...) {
+    s.http.stop();
+    listener.join();
+    throw;
+  }
+  // A Stop() during loading may have come before the listener ran: repeat it now.
+  for (int i = 0; i < 500 && !s.http.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (s.stopping.load()) s.http.stop();
+  s.ready.store(true);
+  s.log.Info("model {} ready: {} slots x {} tokens, mode {}, http://{}:{}/v1", s.model_name,
+             s.options.n_slots, s.n_ctx_slot, decode::ModeName(s.defaults.params.mode),
+             s.options.host, port);
+  listener.join();
+  s.ready.store(false);
+  s.scheduler.reset();  // cancels what is left
+}
+
+void Server::Stop() {
+  if (!impl_) return;
+  impl_->stopping.store(true);
+  impl_->http.stop();
+}
+
+}  // namespace crossword::server

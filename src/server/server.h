@@ -1,0 +1,65 @@
+// `crossword serve`: an OpenAI-compatible HTTP server (cpp-httplib) over the engine's scheduler.
+// Routes, flags and behaviour are documented in docs/server.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "server/api.h"
+
+namespace crossword::server {
+
+struct ServerOptions {
+  engine::EngineOptions engine;    ///< model path (empty: embedded), threads, logger
+  std::string host = "127.0.0.1";  ///< bind address; loopback unless told otherwise
+  int port = 8080;                 ///< 0: any free port (the log line names it)
+  int n_slots = 1;                 ///< -np: requests decoded at once
+  int64_t n_ctx =
+      0;  ///< -c: total context split over slots; 0: 4096 per slot (or the model's, if smaller)
+  GgmlType kv_type = GgmlType::kF16;
+  int64_t batch_tokens = 512;  ///< -b: tokens per forward pass over all slots
+  std::string alias;           ///< model id in responses (default: the file name's stem)
+  std::string api_key;  ///< non-empty: every route but /health needs `Authorization: Bearer KEY`
+  bool log_prompts = false;          ///< log prompt and answer text (off: only sizes and timings)
+  size_t max_body_bytes = 8u << 20;  ///< larger request bodies get 413
+  int http_threads = 0;              ///< 0: max(16, 4 x slots + 8)
+  size_t max_queue = 1024;
+  // Request defaults.
+  std::string mode = "ar";  ///< --mode: ar | diffusion | spec
+  int block_size = 0;       ///< 0: the model's
+  double threshold = 0;     ///< 0: the model's
+  int max_block_size = 0;   ///< 0: max(32, the default block size)
+  bool no_dllm_biases = false;
+  ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  // Prompt cache.
+  int64_t checkpoint_interval = 256;
+  int max_checkpoints = 8;
+};
+
+/// The server. Run() binds the port first (so /health answers "loading" while the model loads),
+/// then loads the model and serves until Stop().
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// Binds host:port, loads the model, serves. Returns after Stop(). Throws crossword::Error when
+  /// the address cannot be bound or the model cannot be loaded (the message says which).
+  void Run();
+  /// Stops serving (any thread; idempotent). Active requests are cancelled.
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crossword::server

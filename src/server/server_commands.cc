@@ -1,0 +1,186 @@
+// `crossword serve`: flag parsing (llama-server's names where they exist) and signal handling.
+#include "server/server_commands.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "server/server.h"
+
+namespace crossword::server {
+namespace {
+
+struct ServeFlags {
+  ServerOptions o;
+  std::string kv_type = "f16", log_level = "info", reasoning_format = "deepseek", kwargs;
+  bool no_mmap = false, mlock = false;
+  int reasoning_budget = -1;
+};
+
+void Serve(ServeFlags& f) {
+  ServerOptions o = f.o;
+  o.engine.map.use_mmap = !f.no_mmap;
+  o.engine.map.lock = f.mlock;
+  o.engine.logger = Logger(ParseLogLevel(f.log_level));
+  if (f.kv_type == "f16" || f.kv_type == "F16") {
+    o.kv_type = GgmlType::kF16;
+  } else if (f.kv_type == "f32" || f.kv_type == "F32") {
+    o.kv_type = GgmlType::kF32;
+  } else {
+    Fail("--kv-type must be f16 or f32 (got '{}')", f.kv_type);
+  }
+  try {
+    o.reasoning_format = ParseReasoningFormat(f.reasoning_format, "--reasoning-format");
+  } catch (const ApiError& e) {
+    Fail("{}", e.what());
+  }
+  if (!f.kwargs.empty()) {
+    try {
+      o.chat_template_kwargs = nlohmann::ordered_json::parse(f.kwargs);
+    } catch (const nlohmann::json::parse_error& e) {
+      Fail("--chat-template-kwargs is not valid JSON: {}", e.what());
+    }
+    Check(o.chat_template_kwargs.is_object(),
+          "--chat-template-kwargs must be a JSON object, e.g. "
+          "'{{\"enable_thinking\": false}}'");
+  }
+  Check(f.reasoning_budget == -1 || f.reasoning_budget == 0,
+        "--reasoning-budget supports -1 (unrestricted) or 0 (thinking off), got {}",
+        f.reasoning_budget);
+  if (f.reasoning_budget == 0) o.chat_template_kwargs["enable_thinking"] = false;
+  Check(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535] (got {})", o.port);
+  Check(o.n_slots >= 1 && o.n_slots <= 256, "-np must be in [1, 256] (got {})", o.n_slots);
+  Check(o.max_body_bytes >= 1024, "--max-body-size must be at least 1024 bytes");
+
+  // SIGINT/SIGTERM are taken by one thread (sigtimedwait) that stops the server; every other
+  // thread, created after this point, inherits the blocked mask.
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, &old);
+  Server server(o);
+  std::atomic<bool> finished{false};
+  std::thread watcher([&] {
+    const timespec tick{0, 200 * 1000 * 1000};
+    while (!finished.load()) {
+      const int sig = sigtimedwait(&set, nullptr, &tick);
+      if (sig == SIGINT || sig == SIGTERM) {
+        o.engine.logger.Info("signal {}: shutting down", sig);
+        server.Stop();
+        return;
+      }
+    }
+  });
+  try {
+    server.Run();
+  } catch (...) {
+    finished.store(true);
+    watcher.join();
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+  finished.store(true);
+  watcher.join();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
+void RegisterServerCommands(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd =
+      app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, ...)");
+  ServerOptions& o = f->o;
+  cmd->add_option("-m,--model", o.engine.model_path,
+                  "GGUF model file (default: the embedded tiny model)");
+  cmd->add_option("--host", o.host, "address to bind (0.0.0.0 exposes the server to the network)")
+      ->capture_default_str();
+  cmd->add_option("--port", o.port, "port (0: any free port, printed at start)")
+      ->capture_default_str();
+  // llama-server spells it -np, which CLI11 cannot declare (one-letter short names only): it is
+  // taken from the extras in the callback.
+  cmd->add_option("--parallel", o.n_slots,
+                  "slots: requests decoded at once (more wait in a queue); also -np N")
+      ->capture_default_str();
+  cmd->allow_extras();
+  cmd->add_option("-c,--ctx-size", o.n_ctx,
+                  "total context over all slots, split evenly (0: 4096 per slot)")
+      ->capture_default_str();
+  cmd->add_option("-a,--alias", o.alias, "model name in responses and /v1/models");
+  cmd->add_option("--api-key", o.api_key,
+                  "require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("-t,--threads", o.engine.threads, "compute threads (default: all cores)");
+  cmd->add_option("-b,--batch-size", o.batch_tokens, "tokens per forward pass over all slots")
+      ->capture_default_str();
+  cmd->add_option("--threads-http", o.http_threads,
+                  "HTTP worker threads (0: max(16, 4 x slots + 8))");
+  cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")->capture_default_str();
+  cmd->add_flag("--no-mmap", f->no_mmap, "read the model into RAM instead of mapping it");
+  cmd->add_flag("--mlock", f->mlock, "pin the model in RAM");
+  cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or silent")
+      ->capture_default_str();
+  cmd->add_flag("--log-prompts", o.log_prompts,
+                "log prompt and answer text (default: sizes and timings only)");
+  cmd->add_option("--max-body-size", o.max_body_bytes,
+                  "largest request body in bytes (larger: 413)")
+      ->capture_default_str();
+  cmd->add_option("--max-queue", o.max_queue, "requests waiting for a slot beyond this get 503")
+      ->capture_default_str();
+  cmd->add_option("--mode", o.mode, "default decoding mode: ar, diffusion or spec")
+      ->capture_default_str();
+  cmd->add_option("--block-size", o.block_size,
+                  "default diffusion block / spec draft length (0: the model's)");
+  cmd->add_option("--threshold", o.threshold,
+                  "default diffusion commit threshold (0: the model's)");
+  cmd->add_option("--max-block-size", o.max_block_size,
+                  "largest block a request may ask for (0: max(32, default))");
+  cmd->add_flag("--no-dllm-biases", o.no_dllm_biases,
+                "switch off Clover's long-generation length/think-end biases");
+  cmd->add_option("--reasoning-format", f->reasoning_format,
+                  "deepseek: reasoning in reasoning_content; none: left in content")
+      ->capture_default_str();
+  cmd->add_option("--reasoning-budget", f->reasoning_budget,
+                  "-1: think freely; 0: thinking off by default")
+      ->capture_default_str();
+  cmd->add_option("--chat-template-kwargs", f->kwargs,
+                  "default chat_template_kwargs as JSON, e.g. '{\"enable_thinking\": false}'");
+  cmd->add_option("--ctx-checkpoints", o.max_checkpoints,
+                  "prompt-cache GDN checkpoints kept per slot")
+      ->capture_default_str();
+  cmd->add_option("--ctx-checkpoint-interval", o.checkpoint_interval,
+                  "prompt tokens between checkpoints")
+      ->capture_default_str();
+  cmd->callback([f, cmd] {
+    const std::vector<std::string> extra = cmd->remaining();
+    for (size_t i = 0; i < extra.size(); ++i) {
+      std::string value;
+      if (extra[i] == "-np" && i + 1 < extra.size()) {
+        value = extra[++i];
+      } else if (extra[i].rfind("-np=", 0) == 0) {
+        value = extra[i].substr(4);
+      } else {
+        Fail("serve: unknown argument '{}' (see crossword serve --help)", extra[i]);
+      }
+      try {
+        size_t used = 0;
+        f->o.n_slots = std::stoi(value, &used);
+        if (used != value.size()) throw std::invalid_argument(value);
+      } catch (const std::exception&) {
+        Fail("-np needs a number of slots (got '{}')", value);
+      }
+    }
+    Serve(*f);
+  });
+}
+
+}  // namespace crossword::server
