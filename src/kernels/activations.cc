@@ -12,8 +12,8 @@ ActFormat ActFormatFor(GgmlType weight_type) {
   switch (weight_type) {
     case GgmlType::kF32:
       return ActFormat::kF32;
-    case GgmlType::kF16:
-      return ActFormat::kF16;
+    case GgmlType::kF16:  // f32 activations: no rounding, and no batch-size-dependent choice
+      return ActFormat::kF32;
     case GgmlType::kBF16:
       return ActFormat::kBF16;
     case GgmlType::kQ8_0:

@@ -30,13 +30,16 @@ struct Matrix {
 /// unsigned-offset VNNI dot), kQ8_K one int16 per 16 quants (llama.cpp's bsums).
 enum class ActFormat : uint8_t {
   kF32,   ///< F32 weights: plain floats.
-  kF16,   ///< F16 weights: x rounded to binary16 (as llama.cpp's vec_dot_f16).
+  kF16,   ///< x rounded to binary16 (available; F16 weights use kF32, see ActFormatFor).
   kBF16,  ///< BF16 weights: x rounded to bfloat16 (as llama.cpp's vec_dot_bf16).
   kQ8_0,  ///< Q8_0/Q4_0: blocks of 32, d = amax/127 (fp16), q = nearest-even(x*127/amax) (x86 ggml)
   kQ8_K,  ///< Q4_K/Q6_K weights: blocks of 256, llama.cpp quantize_row_q8_K (d = max/-127).
 };
 
-/// The activation format the dot products of `weight_type` consume. Throws crossword::Error for
+/// The activation format the dot products of `weight_type` consume. F16 weights take f32
+/// activations (llama.cpp rounds them to f16 for multi-row products but not for single rows; one
+/// format for every batch size keeps results batch-invariant, which lossless speculation needs,
+/// and f32 is the more accurate of the two). Throws crossword::Error for
 /// weight types without a kernel (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
 ActFormat ActFormatFor(GgmlType weight_type);
 

@@ -268,7 +268,7 @@ void MatMulTileImpl(const MatMulJob& job, int64_t o0, int64_t o1) {
     case GgmlType::kF32:
       return FloatTile<float, float>(job, o0, o1);
     case GgmlType::kF16:
-      return FloatTile<hwy::float16_t, hwy::float16_t>(job, o0, o1);
+      return FloatTile<hwy::float16_t, float>(job, o0, o1);
     case GgmlType::kBF16:
 #if HWY_TARGET == HWY_AVX3_DL
       if (CpuHasAvx512Bf16()) return vnni::Bf16Tile(job.w, rows, o0, o1);

@@ -152,10 +152,10 @@ double DotRow(GgmlType type, const void* w, const Activations& x, int64_t r) {
       for (int64_t k = 0; k < n; ++k) acc += static_cast<double>(a[k] * b[k]);
       return acc;
     }
-    case GgmlType::kF16: {
+    case GgmlType::kF16: {  // f32 activations (ActFormatFor)
       const auto* a = static_cast<const uint16_t*>(w);
-      const auto* b = reinterpret_cast<const uint16_t*>(row);
-      for (int64_t k = 0; k < n; ++k) acc += static_cast<double>(F16ToF32(a[k]) * F16ToF32(b[k]));
+      const auto* b = reinterpret_cast<const float*>(row);
+      for (int64_t k = 0; k < n; ++k) acc += static_cast<double>(F16ToF32(a[k]) * b[k]);
       return acc;
     }
     case GgmlType::kBF16: {
