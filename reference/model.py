@@ -240,8 +240,9 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def l2_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """x / max(||x||, eps) over the last dim (ggml_l2_norm)."""
-    return x / torch.clamp(x.pow(2).sum(-1, keepdim=True).sqrt(), min=eps)
+    """x / max(||x||, eps) over the last dim (ggml_l2_norm), written as sqrt(max(sum x^2, eps^2))
+    so that training gets no 0 * inf gradient for all-zero (padding) vectors."""
+    return x / torch.sqrt(torch.clamp(x.pow(2).sum(-1, keepdim=True), min=eps * eps))
 
 
 def softplus(x: torch.Tensor) -> torch.Tensor:

@@ -226,6 +226,7 @@ class TrainNetTest(unittest.TestCase):
                            [int(tok[1, 16]), 9, mask, mask, 5, mask, mask, mask]])
         noisy = dict(tokens=nt, seq=torch.tensor([0, 1]), chunk=torch.tensor([2, 2]))
         lg, nl, _ = net(tok, valid, pos, noisy)
+        self.assertTrue(torch.isfinite(lg).all())  # padding rows too (they must not make NaNs)
         for i, (s, pd) in enumerate(zip(seqs, pads)):
             clean = model.forward(m, model.State(m), s)
             self.assertLess((clean - lg[i, pd:pd + len(s)]).abs().max().item(), 2e-4)
@@ -234,11 +235,6 @@ class TrainNetTest(unittest.TestCase):
             den = model.forward(m, st, nt[i].tolist(), "denoise")
             self.assertLess((den - nl[i]).abs().max().item(), 2e-4)
             self.assertGreater((den - nl[1 - i]).abs().max().item(), 1e-2)  # the check can fail
-
-    def test_unit_lower_inverse(self):
-        L = torch.tril(torch.randn(3, 16, 16, dtype=torch.float64), -1) * 0.3
-        want = torch.linalg.inv(torch.eye(16, dtype=torch.float64) + L)
-        self.assertLess((train_net.unit_lower_inverse(L) - want).abs().max().item(), 1e-10)
 
 
 class DecodeTest(unittest.TestCase):

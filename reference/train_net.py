@@ -45,10 +45,12 @@ def gdn_chunked(q, k, v, g, beta, S0, n_group: int, chunk: int):
     strict = torch.tril(torch.ones(C, C, dtype=torch.bool), -1)
     kk = k @ k.transpose(-1, -2)
     L = torch.where(strict, beta[..., :, None] * decay * kk, torch.zeros_like(kk))
-    Winv = unit_lower_inverse(L)                                # (I + L)^-1
+    IL = torch.eye(C, dtype=q.dtype) + L
     A = torch.exp(gcs)                                          # [N, Hv, nc, C]
-    P = Winv @ (beta[..., None] * v)                            # [.., C, Dv]
-    R = Winv @ ((beta * A)[..., None] * k)                      # [.., C, Dk]
+    # Triangular solves (stable); the nilpotent product form of (I + L)^-1 overflows in float32
+    # once keys align during training.
+    P = torch.linalg.solve_triangular(IL, beta[..., None] * v, upper=False)             # [.., C, Dv]
+    R = torch.linalg.solve_triangular(IL, (beta * A)[..., None] * k, upper=False)      # [.., C, Dk]
     QK = (q @ k.transpose(-1, -2)) * decay                      # [.., C, C]
     Aq = A[..., None] * q
     A_last = A[..., -1]                                         # [N, Hv, nc]
@@ -62,22 +64,6 @@ def gdn_chunked(q, k, v, g, beta, S0, n_group: int, chunk: int):
         S = A_last[:, :, c, None, None] * S + Kw[:, :, c].transpose(-1, -2) @ U
     o = torch.stack(outs, 2).reshape(N, Hv, T, Dv).permute(0, 2, 1, 3)
     return o, torch.stack(starts, 1), S
-
-
-def unit_lower_inverse(L):
-    """(I + L)^-1 for strictly lower-triangular L [..., C, C] (C a power of two): L is nilpotent, so
-    the inverse is sum_k (-L)^k = (I - L)(I + L^2)(I + L^4)... (log2 C factors; batched matmuls
-    instead of a per-matrix triangular solve)."""
-    C = L.shape[-1]
-    eye = torch.eye(C, dtype=L.dtype)
-    out = eye - L
-    p = L @ L
-    n = 2
-    while n < C:
-        out = out @ (eye + p)
-        p = p @ p
-        n *= 2
-    return out
 
 
 class TrainNet(torch.nn.Module):
@@ -199,8 +185,10 @@ class TrainNet(torch.nn.Module):
         B = hp.block_size
         N, T = tokens.shape
         x = self.w("token_embd.weight")[tokens]
-        vf = valid.to(x.dtype)[..., None]
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))[None] & valid[:, None, :]
+        # Padding queries see themselves only (a row without keys would make NaNs that reach the
+        # GDN layers through 0 * NaN).
+        eye = torch.eye(T, dtype=torch.bool)[None]
+        causal = (torch.tril(torch.ones(T, T, dtype=torch.bool))[None] & valid[:, None, :]) | eye
         if noisy is not None:
             M = noisy["tokens"].shape[0]
             seq, chunk = noisy["seq"], noisy["chunk"]
@@ -216,7 +204,9 @@ class TrainNet(torch.nn.Module):
             hn = ref.rms_norm(xn, self.w(b + "attn_norm.weight"), hp.eps) if noisy is not None else None
             if hp.recurrent[il]:
                 qkv, z, g, beta = self.gdn_in(il, h)
-                qkv, g, beta = qkv * vf, g * vf, beta * vf  # padding leaves no trace
+                vm = valid[..., None]
+                zero = torch.zeros((), dtype=qkv.dtype)
+                qkv, g, beta = torch.where(vm, qkv, zero), torch.where(vm, g, zero), torch.where(vm, beta, zero)
                 K1 = hp.ssm_conv_kernel - 1
                 X = torch.cat([torch.zeros(N, K1, qkv.shape[-1]), qkv], 1)
                 q, k, v = self.gdn_conv(il, X, T)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# `make train-tiny`: corpus -> BPE vocabulary -> joint AR + diffusion training -> GGUF (official
+# layout, Q8_0) -> held-out evaluation in every mode. Fixed seeds; see docs/reference.md.
+# Usage: reference/train_tiny.sh BUILD_DIR [extra train_tiny.py args]
+set -euo pipefail
+build=${1:?usage: train_tiny.sh BUILD_DIR [train args]}
+shift
+root=$(cd "$(dirname "$0")/.." && pwd)
+py=/usr/bin/python3
+work="$build/tiny"
+mkdir -p "$work"
+export OMP_WAIT_POLICY=passive
+$py "$root/reference/tiny_corpus.py" --out "$work"
+$py "$root/reference/bpe.py" train --corpus "$work" --vocab-size 4096 --out "$work/vocab.json"
+$py "$root/reference/train_tiny.py" --corpus "$work" --out "$root/models/clover-tiny.gguf" \
+  --checkpoint "$work/checkpoint.pt" "$@" 2>&1 | tee "$work/train.log"
+$py "$root/reference/eval_tiny.py" --model "$root/models/clover-tiny.gguf" --heldout "$work/heldout.jsonl" \
+  --json "$work/eval.json" 2>&1 | tee "$work/eval.log"
