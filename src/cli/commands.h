@@ -7,6 +7,8 @@ namespace crossword::cli {
 
 /// `crossword run`.
 void RegisterRunCommand(CLI::App& app);
+/// `crossword check`.
+void RegisterCheckCommand(CLI::App& app);
 /// `crossword logits`.
 void RegisterLogitsCommand(CLI::App& app);
 

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   // Subcommand registration (one call per contributing library).
   crossword::cli::RegisterRunCommand(app);
   crossword::cli::RegisterLogitsCommand(app);
+  crossword::cli::RegisterCheckCommand(app);
   crossword::tokenizer::RegisterTokenizerCommands(app);
   crossword::chat::RegisterChatCommands(app);
   crossword::tools::RegisterGgufCommands(app);
