@@ -134,18 +134,25 @@ void Server::Impl::HandleChat(const httplib::Request& req, httplib::Response& re
   job.output.parse_options.parse_tool_calls = !tools.empty();
   job.output.parse_options.tools = tools;
   job.output.single_tool_call = !r.parallel_tool_calls;
-  // "required" / named: when the answer starts right away (thinking off), the call's opening is
-  // put into the prompt so the model can only continue a call (and it is parsed as output).
+  // "required" / named: the call's opening is put after the prompt (thinking off) or after the
+  // reasoning (thinking on), so the model can only continue a call; it is parsed as output.
   if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) &&
-      !cp.think_open && job.output.parse) {
-    const std::string open = "<tool_call>\n<function=";
-    engine->tokenizer().EncodeAppend(open, /*parse_special=*/true, job.prompt);
-    std::string rest;
-    if (r.tool_choice == ToolChoice::kNamed) {
-      rest = r.tool_name + ">\n";
-      engine->tokenizer().EncodeAppend(rest, /*parse_special=*/false, job.prompt);
+      job.output.parse) {
+    const std::string lead = cp.think_open ? "\n\n" : "";
+    const std::string open = lead + "<tool_call>\n<function=";
+    const std::string rest = r.tool_choice == ToolChoice::kNamed ? r.tool_name + ">\n" : "";
+    std::vector<int32_t> ids = engine->tokenizer().Encode(open, /*parse_special=*/true);
+    engine->tokenizer().EncodeAppend(rest, /*parse_special=*/false, ids);  // the caller's name
+    const auto think_end = engine->tokenizer().special().think_end;
+    if (!cp.think_open) {
+      job.prompt.insert(job.prompt.end(), ids.begin(), ids.end());
+      job.output.forced_prefix = open + rest;
+    } else if (think_end) {
+      job.force.armed = true;
+      job.force.think_end = *think_end;
+      job.force.text = open + rest;
+      job.force.tokens = std::move(ids);
     }
-    job.output.forced_prefix = open + rest;
   }
   r.params.think_open = cp.think_open;
   if (options.log_prompts) job.prompt_text = cp.text + job.output.forced_prefix;
@@ -168,6 +175,88 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   if (options.log_prompts) job.prompt_text = r.tokens_given ? "(token ids)" : r.prompt;
   job.gen = std::move(static_cast<GenerationRequest&>(r));
   Generate(req, res, std::move(job));
+}
+
+std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
+    const std::shared_ptr<Exchange>& ex) {
+  engine::ScheduledRequest sr;
+  sr.prompt = ex->prompt;
+  sr.params = ex->params;
+  sr.use_cache = ex->use_cache;
+  const tokenizer::Tokenizer* tok = &engine->tokenizer();
+  sr.on_token = [ex, tok](int32_t token, std::span<const float> logits) {
+    ex->scratch.clear();
+    bool go = ex->stream.OnToken(token, ex->scratch);
+    if (go && ex->force.armed && !ex->force.triggered && token == ex->force.think_end) {
+      ex->force.triggered = true;  // the reasoning ended: stop here, continue with the call
+      go = false;
+    }
+    json lp;
+    if (ex->top_logprobs >= 0 && !logits.empty())
+      lp = TokenLogprob(*tok, token, logits, ex->top_logprobs);
+    {
+      std::lock_guard lk(ex->mu);
+      if (!lp.is_null()) ex->logprobs.push_back(std::move(lp));
+      if (ex->first_token_at < 0) {
+        ex->first_token_at = std::chrono::duration<double>(Clock::now() - ex->submitted).count();
+      }
+      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+    }
+    ex->cv.notify_all();
+    return go;
+  };
+  sr.on_done = [this, ex](const engine::RequestOutcome& o) {
+    ex->scratch.clear();
+    if (ex->force.triggered && ex->force.armed && o.error.empty()) {
+      ex->force.armed = false;
+      ex->first = o;
+      ex->continued = true;
+      ex->stream.Inject(ex->force.text, ex->scratch);
+      ex->prompt.insert(ex->prompt.end(), o.output.begin(), o.output.end());
+      ex->prompt.insert(ex->prompt.end(), ex->force.tokens.begin(), ex->force.tokens.end());
+      ex->params.max_tokens -= static_cast<int64_t>(o.output.size() + ex->force.tokens.size());
+      ex->params.think_open = false;
+      std::lock_guard lk(ex->mu);
+      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+      ex->scratch.clear();
+      if (!ex->cancelled && ex->params.max_tokens >= 1 &&
+          static_cast<int64_t>(ex->prompt.size()) < n_ctx_slot) {
+        try {
+          ex->handle = SubmitPart(ex);  // the same prompt prefix: the slot's cache resumes it
+          return;
+        } catch (const Error&) {
+          // Queue full or stopping: end with what there is.
+        }
+      }
+      ex->continued = false;  // no continuation: the answer ends after the opening
+    }
+    ex->stream.Finish(ex->scratch);
+    engine::RequestOutcome merged = o;
+    if (ex->force.triggered && !ex->continued) {
+      merged.output.insert(merged.output.end(), ex->force.tokens.begin(), ex->force.tokens.end());
+      merged.finish =
+          ex->cancelled ? decode::FinishReason::kCancelled : decode::FinishReason::kLength;
+    } else if (ex->continued) {
+      // One answer for the client: the reasoning part, the forced opening, the call.
+      merged = ex->first;
+      merged.output.insert(merged.output.end(), ex->force.tokens.begin(), ex->force.tokens.end());
+      merged.output.insert(merged.output.end(), o.output.begin(), o.output.end());
+      merged.finish =
+          o.finish == decode::FinishReason::kNone ? decode::FinishReason::kLength : o.finish;
+      merged.stats = o.stats;
+      merged.error = o.error;
+      merged.total_seconds = std::chrono::duration<double>(Clock::now() - ex->submitted).count();
+    }
+    {
+      std::lock_guard lk(ex->mu);
+      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+      ex->outcome = std::move(merged);
+      ex->stopped = ex->stream.stopped_by_string();
+      ex->done = true;
+    }
+    ex->cv.notify_all();
+  };
+  return scheduler->Submit(std::move(sr));
 }
 
 void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
@@ -198,43 +287,16 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
 
   auto ex = std::make_shared<Exchange>(engine->tokenizer(), job.output);
   ex->stream.Begin(ex->deltas);
-  engine::ScheduledRequest sr;
-  sr.prompt = job.prompt;
-  sr.params = params;
-  sr.use_cache = job.gen.cache_prompt;
-  const int top = job.gen.logprobs;
-  const tokenizer::Tokenizer* tok = &engine->tokenizer();
-  sr.on_token = [ex, top, tok](int32_t token, std::span<const float> logits) {
-    ex->scratch.clear();
-    const bool go = ex->stream.OnToken(token, ex->scratch);
-    json lp;
-    if (top >= 0 && !logits.empty()) lp = TokenLogprob(*tok, token, logits, top);
-    {
-      std::lock_guard lk(ex->mu);
-      if (!lp.is_null()) ex->logprobs.push_back(std::move(lp));
-      if (ex->first_token_at < 0) {
-        ex->first_token_at = std::chrono::duration<double>(Clock::now() - ex->submitted).count();
-      }
-      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
-    }
-    ex->cv.notify_all();
-    return go;
-  };
-  sr.on_done = [ex](const engine::RequestOutcome& o) {
-    ex->scratch.clear();
-    ex->stream.Finish(ex->scratch);
-    {
-      std::lock_guard lk(ex->mu);
-      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
-      ex->outcome = o;
-      ex->stopped = ex->stream.stopped_by_string();
-      ex->done = true;
-    }
-    ex->cv.notify_all();
-  };
+  ex->force = std::move(job.force);
+  ex->prompt = job.prompt;
+  ex->params = params;
+  ex->use_cache = job.gen.cache_prompt;
+  ex->top_logprobs = job.gen.logprobs;
   ex->submitted = Clock::now();
   try {
-    ex->handle = scheduler->Submit(std::move(sr));
+    auto handle = SubmitPart(ex);
+    std::lock_guard lk(ex->mu);
+    if (!ex->handle) ex->handle = std::move(handle);  // unless a continuation already runs
   } catch (const Error& e) {
     throw ApiError(503, "unavailable_error", "", e.what());
   }
@@ -270,7 +332,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
       if (ex->cv.wait_for(lk, kPoll, [&] { return ex->done; })) break;
       lk.unlock();
       if (stopping.load() || watch.PeerClosed()) {
-        ex->handle->Cancel();
+        ex->Cancel();
         SetLogExtra(req, fmt::format("| {} client gone, cancelled", id));
         throw ApiError(499, "invalid_request_error", "", "the client closed the connection");
       }
@@ -360,7 +422,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
           size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         auto gone = [&](const char* why) {
-          ex->handle->Cancel();
+          ex->Cancel();
           SetLogExtra(req, fmt::format("| {} {}, cancelled", id, why));
           return false;
         };
@@ -452,7 +514,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
         return true;
       },
       [ex](bool success) {
-        if (!success) ex->handle->Cancel();
+        if (!success) ex->Cancel();
       });
 }
 

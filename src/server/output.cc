@@ -78,6 +78,13 @@ void OutputStream::Emit(std::string_view text, std::vector<chat::StreamDelta>& o
   Keep(parser_.Feed(text), out);
 }
 
+void OutputStream::Inject(std::string_view text, std::vector<chat::StreamDelta>& out) {
+  if (finished_ || cut_ || stop_.matched()) return;
+  Emit(stop_.Flush(), out);
+  stop_ = StopFilter(options_.stop);
+  Emit(text, out);
+}
+
 bool OutputStream::OnToken(int32_t token, std::vector<chat::StreamDelta>& out) {
   if (finished_ || cut_ || stop_.matched()) return false;
   Emit(stop_.Push(decoder_.Feed(token)), out);

@@ -56,6 +56,9 @@ class OutputStream {
   /// before the first token.
   void Begin(std::vector<chat::StreamDelta>& out);
 
+  /// Text the server put into the answer itself (a forced tool call's opening): what the stop
+  /// filter held back is released first, then `text` is parsed as output.
+  void Inject(std::string_view text, std::vector<chat::StreamDelta>& out);
   /// Adds a generated token; appends the deltas it decides to `out`. Returns false when the
   /// generation should end here (a stop string completed, or a second tool call began while only
   /// one is allowed).

@@ -28,12 +28,33 @@ struct Exchange {
   engine::RequestOutcome outcome;
   bool stopped = false;        // a stop string or the single-tool-call rule ended it
   double first_token_at = -1;  // seconds since submit
-  std::vector<nlohmann::ordered_json> logprobs;  // per-token entries not yet taken
+  std::vector<nlohmann::ordered_json> logprobs;   // per-token entries not yet taken
+  std::shared_ptr<engine::RequestHandle> handle;  // the running part (a forced call adds one)
+  bool cancelled = false;
+  /// Cancels the request (any thread): the running part and any continuation.
+  void Cancel() {
+    std::lock_guard lk(mu);
+    cancelled = true;
+    if (handle) handle->Cancel();
+  }
   // Scheduler thread only.
   OutputStream stream;
   std::vector<chat::StreamDelta> scratch;
   std::chrono::steady_clock::time_point submitted;
-  std::shared_ptr<engine::RequestHandle> handle;
+  // tool_choice required / named with thinking on: when the reasoning ends (`</think>`), the
+  // generation stops and continues from prompt + answer + the call's opening.
+  struct Force {
+    bool armed = false, triggered = false;
+    int32_t think_end = -1;
+    std::string text;             // "\n\n<tool_call>\n<function=NAME>\n"
+    std::vector<int32_t> tokens;  // its tokens
+  } force;
+  std::vector<int32_t> prompt;  // prompt of the running part
+  decode::DecodeParams params;  // its parameters
+  bool use_cache = true;
+  int top_logprobs = -1;
+  engine::RequestOutcome first;  // outcome of the part before a continuation
+  bool continued = false;
 };
 
 /// What the two generation endpoints need once a request is parsed and its prompt tokenized.
@@ -41,6 +62,7 @@ struct GenerationJob {
   bool chat = true;
   std::vector<int32_t> prompt;
   GenerationRequest gen;  // decoding parameters, stop strings, stream flags
+  Exchange::Force force;  // tool-call forcing after the reasoning (armed when needed)
   OutputOptions output;
   std::string prompt_text;  // for --log-prompts
 };
@@ -84,6 +106,9 @@ struct Server::Impl {
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
   void HandleModels(const httplib::Request& req, httplib::Response& res);
   void HandleMetrics(const httplib::Request& req, httplib::Response& res);
+  /// Queues one part of an exchange (the request, or its continuation after a forced call's
+  /// opening) with callbacks that feed the exchange. Throws crossword::Error as Submit does.
+  std::shared_ptr<engine::RequestHandle> SubmitPart(const std::shared_ptr<Exchange>& ex);
   /// Runs a parsed job: submits it and answers (stream or not).
   void Generate(const httplib::Request& req, httplib::Response& res, GenerationJob job);
   void RequireReady() const;

@@ -67,6 +67,26 @@ check("tool_choice required forces a call", async () => {
   for (const c of calls) assertCall(c);
 });
 
+check("with thinking on, a named tool_choice makes that call right after the reasoning", async () => {
+  // The bias ends the reasoning at once (a random model would think until max_tokens).
+  const [thinkEnd] = (await post(srv.base, "/tokenize", { content: "</think>", parse_special: true })).body.tokens;
+  const req = {
+    messages, tools: [weather, clock], max_tokens: 24, logit_bias: { [thinkEnd]: 100 },
+    tool_choice: { type: "function", function: { name: "get_time" } },
+  };
+  const r = await client.chat.completions.create(req);
+  const calls = r.choices[0].message.tool_calls;
+  assert.ok(calls?.length >= 1, JSON.stringify(r.choices[0].message));
+  assert.equal(calls[0].function.name, "get_time");
+  assertCall(calls[0]);
+  assert.equal(r.usage.completion_tokens <= 24, true);
+  const s = await collectChat(await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } }));
+  assert.deepEqual(s.calls.map((c) => [c.name, c.arguments]), calls.map((c) => [c.function.name, c.function.arguments]));
+  assert.equal(s.reasoning, r.choices[0].message.reasoning_content ?? "");
+  assert.equal(s.finish, r.choices[0].finish_reason);
+  assert.equal(s.usage.completion_tokens, r.usage.completion_tokens);
+});
+
 check("tool results sent back give a final answer", async () => {
   const first = await client.chat.completions.create({
     messages, tools: [weather], max_tokens: 48, chat_template_kwargs: noThink,

@@ -53,6 +53,17 @@ for (const thinking of [false, true]) {
   });
 }
 
+check("tool_choice required with thinking on: the call follows the reasoning", async () => {
+  const r = await client.chat.completions.create({
+    messages: [{ role: "user", content: "What is the capital of France?" }], tools: [weather], max_tokens: 200,
+    tool_choice: "required",
+  });
+  const calls = r.choices[0].message.tool_calls;
+  assert.ok(calls?.length >= 1, JSON.stringify(r.choices[0].message));
+  assert.equal(calls[0].function.name, "get_weather");
+  assert.equal(typeof JSON.parse(calls[0].function.arguments), "object");
+});
+
 check("parallel_tool_calls: false keeps one call", async () => {
   const r = await client.chat.completions.create({
     messages, tools: [weather], max_tokens: 200, parallel_tool_calls: false, chat_template_kwargs: { enable_thinking: false },
