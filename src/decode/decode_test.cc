@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
+#include <set>
 
 #include "base/error.h"
 #include "decode/generation.h"
@@ -241,7 +243,8 @@ TEST_P(SpecEqualsArTyped, ManyPromptsAndLengths) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, SpecEqualsArTyped,
-                         ::testing::Values(std::pair{"Q4_0", 50}, std::pair{"F32", 20}),
+                         ::testing::Values(std::pair{"Q4_0", 50}, std::pair{"F32", 20},
+                                           std::pair{"Q4_K_M", 20}),
                          [](const auto& info) { return std::string(info.param.first); });
 
 TEST(SpecEqualsAr, LongOutputsBatchedAndContextEdge) {
@@ -341,6 +344,45 @@ TEST(Sampling, SeededSamplingIsDeterministicAndRespectsTopK) {
   EXPECT_EQ(counts[0] + counts[3], 0);
   EXPECT_GT(counts[1], 800);
   EXPECT_GT(counts[2], 800);
+}
+
+}  // namespace
+}  // namespace crossword::decode
+
+namespace crossword::decode {
+namespace {
+
+// With temperature > 0, speculative sampling must leave the output distribution equal to AR
+// sampling's (Leviathan et al. 2023). Empirical check on the joint distribution of the first two
+// tokens, over many seeds, with top-k keeping the support small.
+TEST(SpecSampling, OutputDistributionEqualsArSampling) {
+  Fixture f(SynthTiny("golden.gguf"));
+  const int32_t mask = f.model->hparams().n_vocab - 1;
+  const std::vector<int32_t> prompt = {17, 401, 99, 1200};
+  std::map<std::pair<int32_t, int32_t>, int> ar_counts, spec_counts;
+  const int n = 600;
+  for (int s = 0; s < n; ++s) {
+    DecodeParams p = Params(Mode::kAr, 4, 0.95f, 3, {1600, 1602}, mask);
+    p.sampling.temperature = 1.0f;
+    p.sampling.top_k = 3;
+    p.sampling.seed = 1000 + s;
+    const auto a = Run1(f, prompt, p);
+    p.mode = Mode::kSpec;
+    p.sampling.seed = 50000 + s;
+    const auto b = Run1(f, prompt, p);
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), 3u);
+    ++ar_counts[{a[1], a[2]}];  // the two drafted tokens (the first is the seed: plain sampling)
+    ++spec_counts[{b[1], b[2]}];
+  }
+  double tv = 0;
+  std::set<std::pair<int32_t, int32_t>> keys;
+  for (auto& [k, v] : ar_counts) keys.insert(k);
+  for (auto& [k, v] : spec_counts) keys.insert(k);
+  for (const auto& k : keys) tv += std::abs(ar_counts[k] - spec_counts[k]) / (2.0 * n);
+  // Two samples of 600 from the same distribution over <= 9 outcomes: TV rarely exceeds 0.12.
+  EXPECT_LT(tv, 0.12) << keys.size() << " outcomes";
+  EXPECT_GT(keys.size(), 2u);
 }
 
 }  // namespace
