@@ -224,8 +224,8 @@ class TrainNetTest(unittest.TestCase):
         mask = m.hp.mask_token_id
         nt = torch.tensor([[int(tok[0, 16]), mask, 70, mask, mask, 33, mask, mask],
                            [int(tok[1, 16]), 9, mask, mask, 5, mask, mask, mask]])
-        noisy = dict(tokens=nt, seq=torch.tensor([0, 1]), chunk=torch.tensor([2, 2]))
-        lg, nl, _ = net(tok, valid, pos, noisy)
+        noisy = dict(tokens=nt, seq=torch.tensor([0, 1]), start=torch.tensor([16, 16]))
+        lg, nl, _ = net(tok, valid, pos, noisy, chunk=4)
         self.assertTrue(torch.isfinite(lg).all())  # padding rows too (they must not make NaNs)
         for i, (s, pd) in enumerate(zip(seqs, pads)):
             clean = model.forward(m, model.State(m), s)

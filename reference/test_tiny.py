@@ -90,7 +90,7 @@ class BatchTest(unittest.TestCase):
         hp = train_tiny.tiny_config(vocab)
         prompt, answer = tok.encode("<|im_start|>user\nHi<|im_end|>\n"), tok.encode("Hello there, friend!<|im_end|>")
         ex = train_tiny.Example(prompt, answer, hp.block_size, 0.0, 0)
-        self.assertEqual(ex.a0 % hp.block_size, 0)  # the answer starts on a block boundary
+        self.assertEqual(ex.a0 % train_tiny.CHUNK, 0)  # the answer starts on a GDN chunk boundary
         tokens, valid, pos, tgt, w, noisy = train_tiny.collate([ex], hp, random.Random(3), 0)
         self.assertEqual(int(valid.sum()), len(prompt) + len(answer))
         self.assertEqual(int(pos[0, ex.a0]), len(prompt))

@@ -202,7 +202,7 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
             q = rng.choice(Q[kind][idx]).format(**f)
             thinking = rng.random() < 0.5
             add(kind, conv(q, one_word(q, answer, expected), thought, thinking), thinking, expected)
-        for _ in range(10 if held_out else 50):
+        for _ in range(10 if held_out else 30):
             n = rng.randint(1, 4)
             text, orders = orders_text(rng, n)
             q = rng.choice(Q["json"][idx]).format(orders=text)
@@ -210,7 +210,8 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
             thinking = rng.random() < 0.5
             thought = f"There {'is' if n == 1 else 'are'} {n} order{'s' if n > 1 else ''}. I write one object per order."
             add("json", conv(q, js, thought, thinking), thinking, js)
-        for _ in range(10 if held_out else 30):
+        # Tool turns carry a ~230-token system prompt: few of them keep training affordable.
+        for _ in range(10):
             x = rng.choice(CITIES)
             q = rng.choice(Q["weather"][idx]).format(x=x)
             thinking = rng.random() < 0.5
@@ -220,7 +221,7 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
             if thinking:
                 msgs[-1]["reasoning_content"] = f"The user asks about the weather in {x}. I call get_weather."
             add("weather_call", msgs, thinking, json.dumps({"get_weather": [x]}), tools=[WEATHER_TOOL])
-            if not held_out:  # the answer after the tool result (training only)
+            if not held_out and rng.random() < 0.5:  # the answer after the tool result (training only)
                 t, sky = rng.randint(-5, 35), rng.choice(SKIES)
                 res = json.dumps({"city": x, "temp_c": t, "sky": sky})
                 msgs2 = msgs + [{"role": "tool", "content": res},
@@ -228,7 +229,7 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
                 if thinking:
                     msgs2[-1]["reasoning_content"] = f"The tool says {t} °C and {sky} in {x}."
                 add("weather_answer", msgs2, thinking, str(t), tools=[WEATHER_TOOL])
-        for _ in range(5 if held_out else 15):
+        for _ in range(5):
             x, y = rng.sample(CITIES, 2)
             q = rng.choice(Q["warmer"][idx]).format(x=x, y=y)
             thinking = rng.random() < 0.5

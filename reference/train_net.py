@@ -1,8 +1,8 @@
 """Batched, differentiable form of the reference network for training the tiny model: the clean
 sequence runs causally (AR loss) and noisy copies of the answer blocks run as denoise passes
 against the clean prefix (diffusion loss), with the math of model.py (tested equal there).
-GDN uses the chunked form of the delta rule with chunk = block size, so the clean state at every
-block start is available to the noisy blocks.
+GDN uses the chunked form of the delta rule; blocks start on chunk boundaries, so the clean state
+at every block start is available to the noisy blocks.
 """
 
 from __future__ import annotations
@@ -169,13 +169,13 @@ class TrainNet(torch.nn.Module):
 
     # -- the joint pass -----------------------------------------------------------------------
 
-    def forward(self, tokens, valid, pos, noisy=None, rows=None, nrows=None):
-        """Clean causal pass over `tokens` [N, T] (T a multiple of the block size B) and, if given,
-        denoise passes of noisy blocks.
+    def forward(self, tokens, valid, pos, noisy=None, rows=None, nrows=None, chunk=8):
+        """Clean causal pass over `tokens` [N, T] (T a multiple of `chunk`) and, if given, denoise
+        passes of noisy blocks of B = hp.block_size slots.
 
         valid [N, T] bool: False for padding (invisible: zero GDN inputs, masked keys).
         pos [N, T]: RoPE positions. noisy: dict with "tokens" [M, B], "seq" [M] (row of the clean
-        batch), "chunk" [M] (block index c: the block covers clean positions [cB, cB + B)).
+        batch), "start" [M] (clean index of the block's first slot, a multiple of `chunk`).
         rows / nrows: optional boolean masks [N, T] / [M, B] selecting the rows whose logits are
         computed (the output layer dominates the cost otherwise).
         Returns (clean logits [N, T, V] or [rows, V], noisy logits [M, B, V] or [nrows, V] or
@@ -191,11 +191,11 @@ class TrainNet(torch.nn.Module):
         causal = (torch.tril(torch.ones(T, T, dtype=torch.bool))[None] & valid[:, None, :]) | eye
         if noisy is not None:
             M = noisy["tokens"].shape[0]
-            seq, chunk = noisy["seq"], noisy["chunk"]
+            seq, start = noisy["seq"], noisy["start"]
             xn = self.w("token_embd.weight")[noisy["tokens"]]
-            npos = torch.gather(pos[seq], 1, (chunk[:, None] * B + torch.arange(B)))
+            npos = pos[seq, start][:, None] + torch.arange(B)
             # Noisy block keys: the clean prefix before the block, then the whole block.
-            prefix = (torch.arange(T)[None, :] < (chunk[:, None] * B)) & valid[seq]
+            prefix = (torch.arange(T)[None, :] < start[:, None]) & valid[seq]
             n_allowed = torch.cat([prefix[:, None, :].expand(M, B, T), torch.ones(M, B, B, dtype=torch.bool)], -1)
         aux = 0.0
         for il in range(hp.n_layer):
@@ -211,15 +211,15 @@ class TrainNet(torch.nn.Module):
                 X = torch.cat([torch.zeros(N, K1, qkv.shape[-1]), qkv], 1)
                 q, k, v = self.gdn_conv(il, X, T)
                 S0 = torch.zeros(N, hp.ssm_dt_rank, hp.ssm_d_state, hp.ssm_d_state)
-                o, starts, _ = gdn_chunked(q, k, v, g, beta, S0, hp.ssm_n_group, B)
+                o, starts, _ = gdn_chunked(q, k, v, g, beta, S0, hp.ssm_n_group, chunk)
                 a = self.gdn_out(il, o, z)
                 if noisy is not None:
                     qkvn, zn, gn, betan = self.gdn_in(il, hn)
                     # Conv window: the K-1 clean rows before the block (zeros before the sequence).
-                    ctx_idx = chunk[:, None] * B + torch.arange(K1)  # index into X (offset K1)
+                    ctx_idx = start[:, None] + torch.arange(K1)  # index into X (offset K1)
                     ctx = X[seq[:, None], ctx_idx]
                     qn, kn, vn = self.gdn_conv(il, torch.cat([ctx, qkvn], 1), B)
-                    on, _, _ = gdn_chunked(qn, kn, vn, gn, betan, starts[seq, chunk], hp.ssm_n_group, B)
+                    on, _, _ = gdn_chunked(qn, kn, vn, gn, betan, starts[seq, start // chunk], hp.ssm_n_group, B)
                     an = self.gdn_out(il, on, zn)
             else:
                 q, k, v, gate = self.attn_qkv(il, h, pos)

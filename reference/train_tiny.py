@@ -1,6 +1,6 @@
 """Trains the tiny tri-mode Clover model (AR + block diffusion jointly) on this machine's CPU and
 exports it to GGUF in Clover's official layout. Fixed seed; progress and losses are printed.
-Usage: train_tiny.py --corpus DIR --out models/clover-tiny.gguf [--minutes 80] [--threads 2]
+Usage: train_tiny.py --corpus DIR --out models/clover-tiny.gguf [--epochs 14] [--threads 2]
 (`make train-tiny` runs corpus -> BPE -> this -> evaluation.)
 """
 
@@ -89,17 +89,21 @@ def init_weights(hp: HParams, seed: int) -> dict:
     return w
 
 
+CHUNK = 8  # GDN chunk of the training pass; answers start on a chunk boundary
+
+
 class Example:
-    """One training sequence: tokens (left-padded so the answer starts on a block boundary),
-    per-target AR weights, and the answer span [a0, a1) (empty for plain text)."""
+    """One training sequence: tokens (left-padded so the answer starts on a GDN chunk boundary,
+    hence every answer block too), per-target AR weights, and the answer span [a0, a1) (empty for
+    plain text). Padding is invisible to the network (see TrainNet.forward)."""
 
     def __init__(self, prompt, answer, B, prompt_weight, pad_id):
-        pad = (B - len(prompt) % B) % B if answer else 0
+        pad = (CHUNK - len(prompt) % CHUNK) % CHUNK if answer else 0
         self.tokens = [pad_id] * pad + prompt + answer
         self.pad = pad
         self.a0, self.a1 = pad + len(prompt), pad + len(prompt) + len(answer)
         n = len(self.tokens)
-        self.T = (n + B - 1) // B * B
+        self.T = (n + CHUNK - 1) // CHUNK * CHUNK
         # Weight of the target at position i+1 predicted by row i.
         self.w = [0.0] * self.T
         for i in range(pad, n - 1):
@@ -148,7 +152,7 @@ def collate(batch, hp, rng, pad_id, complementary=True):
     pos = torch.zeros(N, T, dtype=torch.long)
     tgt = torch.zeros(N, T, dtype=torch.long)
     w = torch.zeros(N, T)
-    ntok, nseq, nchunk, ntgt, nmask = [], [], [], [], []
+    ntok, nseq, nstart, ntgt, nmask = [], [], [], [], []
     for i, e in enumerate(batch):
         n = len(e.tokens)
         tokens[i, :n] = torch.tensor(e.tokens)
@@ -158,8 +162,7 @@ def collate(batch, hp, rng, pad_id, complementary=True):
         w[i, :e.T] = torch.tensor(e.w)
         if e.a1 <= e.a0:
             continue
-        for c in range(e.a0 // B, (e.a1 - 1) // B + 1):
-            s = c * B
+        for s in range(e.a0, e.a1, B):
             slots = [j for j in range(1, B) if s + j < e.a1]
             if not slots:
                 continue
@@ -180,12 +183,12 @@ def collate(batch, hp, rng, pad_id, complementary=True):
                         blk[j] = mask
                 ntok.append(blk)
                 nseq.append(i)
-                nchunk.append(c)
+                nstart.append(s)
                 ntgt.append(tg)
                 nmask.append(len(mm))
     noisy = None
     if ntok:
-        noisy = {"tokens": torch.tensor(ntok), "seq": torch.tensor(nseq), "chunk": torch.tensor(nchunk),
+        noisy = {"tokens": torch.tensor(ntok), "seq": torch.tensor(nseq), "start": torch.tensor(nstart),
                  "targets": torch.tensor(ntgt)}
     return tokens, valid, pos, tgt, w, noisy
 
@@ -195,9 +198,11 @@ def main():
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--vocab", help="vocab.json (default CORPUS/vocab.json)")
     ap.add_argument("--out", required=True, help="GGUF to write")
-    ap.add_argument("--minutes", type=float, default=80.0, help="wall-clock training budget")
+    ap.add_argument("--minutes", type=float, default=0.0,
+                    help="wall-clock budget; with --epochs 0 the schedule is sized from the speed measured "
+                         "over the first 50 steps (0: no budget)")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: budget only)")
-    ap.add_argument("--epochs", type=float, default=0, help="schedule length in epochs over the chat data (0: from --minutes estimate)")
+    ap.add_argument("--epochs", type=float, default=14, help="schedule length in epochs over the chat data")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -248,12 +253,12 @@ def main():
             total_steps = int(a.epochs * len(sched))
         for kind, batch in sched:
             elapsed = time.time() - start
-            if total_steps is None and step == 50:
+            if total_steps is None and step == 50 and budget > 0:
                 # Fix the schedule length from the measured speed so the run ends within budget.
                 total_steps = int(budget / (elapsed / 50))
                 print(f"train: {elapsed / 50:.2f} s/step -> {total_steps} steps "
                       f"({total_steps / len(sched):.1f} epochs)", flush=True)
-            if (total_steps and step >= total_steps) or elapsed > budget * 1.05:
+            if (total_steps and step >= total_steps) or (budget > 0 and elapsed > budget * 1.05):
                 break
             frac = step / total_steps if total_steps else 0.0
             lr = a.lr * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
@@ -262,7 +267,7 @@ def main():
             tokens, valid, pos, tgt, w, noisy = collate(batch, hp, rng, pad_id)
             rows = w > 0
             nrows = noisy["targets"] != -100 if noisy is not None else None
-            logits, nlogits, aux = net(tokens, valid, pos, noisy, rows, nrows)
+            logits, nlogits, aux = net(tokens, valid, pos, noisy, rows, nrows, CHUNK)
             ce = torch.nn.functional.cross_entropy(logits, tgt[rows], reduction="none")
             ar = (ce * w[rows]).sum() / w[rows].sum()
             loss = ar + 0.01 * aux

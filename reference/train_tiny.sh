@@ -14,5 +14,6 @@ $py "$root/reference/tiny_corpus.py" --out "$work"
 $py "$root/reference/bpe.py" train --corpus "$work" --vocab-size 4096 --out "$work/vocab.json"
 $py "$root/reference/train_tiny.py" --corpus "$work" --out "$root/models/clover-tiny.gguf" \
   --checkpoint "$work/checkpoint.pt" "$@" 2>&1 | tee "$work/train.log"
+rm -f "$work/checkpoint.pt"  # a finished run leaves nothing to resume
 $py "$root/reference/eval_tiny.py" --model "$root/models/clover-tiny.gguf" --heldout "$work/heldout.jsonl" \
   --json "$work/eval.json" 2>&1 | tee "$work/eval.log"
