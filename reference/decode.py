@@ -43,14 +43,10 @@ class Result:
     accepted: List[int] = dataclasses.field(default_factory=list)
 
     @property
-    def n_generated(self) -> int:
-        """Tokens the model generated, counting a final EOG token."""
-        return len(self.tokens) + (1 if self.stop == "eog" else 0)
-
-    @property
     def tpf(self) -> float:
-        """Tokens per forward pass (prefill excluded, commit passes counted)."""
-        return self.n_generated / self.forward_passes if self.forward_passes else float("nan")
+        """Tokens per forward pass: answer tokens (EOG excluded) / passes after the prompt
+        (commit passes counted), as docs/decoding.md defines it."""
+        return len(self.tokens) / self.forward_passes if self.forward_passes else float("nan")
 
 
 class Decoder:
@@ -180,8 +176,11 @@ class Decoder:
                 logits = forward(self.m, state, block, "denoise")
                 res.forward_passes += 1
                 cand = {}
+                # History for biases: prompt, answer, and the block's leading emitted slots (those
+                # before the first mask); committed slots after a mask are not emitted yet.
+                lead = min(masked)
+                ctx = prompt + ans + block[:lead]
                 for j in sorted(masked):
-                    ctx = prompt + ans + [block[i] for i in range(j) if i not in masked]
                     cand[j] = self.candidate(self.biased(logits[j - 1], g + j, ctx))[:2]
                 chosen = [j for j in sorted(masked) if cand[j][1] >= self.tau]
                 if not chosen:  # fallback: the single most confident slot (lowest slot on ties)
@@ -240,8 +239,8 @@ class Decoder:
                 break
             dl = forward(self.m, state, [seed] + [mask] * (L - 1), "denoise")
             drafts, qs = [seed], [None]
-            for j in range(1, L):
-                tok, _, q = self.candidate(self.biased(dl[j - 1], g + j, prompt + ans + drafts))
+            for j in range(1, L):  # every draft slot is masked: the history ends at the seed
+                tok, _, q = self.candidate(self.biased(dl[j - 1], g + j, prompt + ans + [seed]))
                 drafts.append(tok)
                 qs.append(q)
             rec = VerifyRecord()

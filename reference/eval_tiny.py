@@ -75,7 +75,7 @@ def evaluate(m, tok, items, modes, max_tokens, log=print):
             right += ok
             per_kind[it["kind"]][0] += ok
             per_kind[it["kind"]][1] += 1
-            gen += r.n_generated
+            gen += len(r.tokens)
             passes += r.forward_passes
             accepted += r.accepted
             answers.append(text)
