@@ -452,6 +452,12 @@ class GGUFWriter:
     def add_array(self, key: str, values, elem_type: ValueType):
         self.add(key, list(values), ValueType.ARRAY, elem_type)
 
+    def add_raw_tensor(self, name: str, gtype: GgmlType, ne: Tuple[int, ...], data: bytes):
+        """Adds already-encoded tensor bytes (copied unchanged, e.g. from a GGUFReader)."""
+        if len(data) != tensor_nbytes(gtype, ne):
+            raise GGUFError(f"tensor {name!r}: {len(data)} bytes, expected {tensor_nbytes(gtype, ne)}")
+        self.tensors.append((name, gtype, tuple(ne), bytes(data)))
+
     def add_tensor(self, name: str, array: np.ndarray, gtype: GgmlType):
         array = np.asarray(array, dtype=np.float32)
         ne = tuple(reversed(array.shape))
@@ -508,3 +514,29 @@ class GGUFWriter:
                 f.write(data)
                 f.write(b"\0" * ((-len(data)) % self.alignment))
         os.replace(tmp, path)
+
+
+def copy_with_metadata(src: str, dst: str, extra: Dict[str, Tuple[Any, ValueType]]):
+    """Rewrites `src` to `dst` with metadata keys `extra` ({key: (value, type)}) added after the
+    existing ones (replacing a key of the same name in place); tensors are copied byte for byte."""
+    r = GGUFReader(src)
+    w = GGUFWriter(alignment=r.alignment)
+    for key, value in r.metadata.items():
+        if key in extra:
+            v, vt = extra[key]
+            w.add(key, v, vt)
+            continue
+        t = r.types[key]
+        if isinstance(t, tuple):
+            if t[1] == ValueType.ARRAY:
+                raise GGUFError(f"copy_with_metadata: nested array {key!r} is not supported")
+            vals = value.tolist() if isinstance(value, np.ndarray) else list(value)
+            w.add(key, vals, ValueType.ARRAY, t[1])
+        else:
+            w.add(key, value, t)
+    for key, (v, vt) in extra.items():
+        if key not in r.metadata:
+            w.add(key, v, vt)
+    for name, t in r.tensors.items():
+        w.add_raw_tensor(name, t.type, t.ne, r.raw(name).tobytes())
+    w.write(dst)

@@ -126,6 +126,20 @@ class GGUFTest(unittest.TestCase):
         want = [0.125 * scales[e // 16] * (q6[e] - 32) for e in range(256)]
         np.testing.assert_allclose(y, want, rtol=0, atol=1e-6)
 
+    def test_copy_with_metadata_keeps_everything_else(self):
+        src = tiny_file("tiny_off.gguf")
+        dst = os.path.join(TMP, "copy.gguf")
+        gguf.copy_with_metadata(src, dst, {"crossword.note": ("hi", gguf.ValueType.STRING)})
+        a, b = gguf.GGUFReader(src), gguf.GGUFReader(dst)
+        self.assertEqual(b.metadata["crossword.note"], "hi")
+        self.assertEqual(list(b.metadata)[:-1], list(a.metadata))
+        for k, v in a.metadata.items():
+            self.assertEqual(a.types[k], b.types[k], k)
+            self.assertTrue(np.array_equal(v, b.metadata[k]) if isinstance(v, np.ndarray) else v == b.metadata[k], k)
+        self.assertEqual(list(a.tensors), list(b.tensors))
+        for n in a.tensors:
+            self.assertTrue(np.array_equal(a.raw(n), b.raw(n)), n)
+
     def test_bad_files_raise_gguf_error(self):
         path = tiny_file("tiny_off.gguf")
         with open(path, "rb") as f:

@@ -1,6 +1,6 @@
 """Trains the tiny tri-mode Clover model (AR + block diffusion jointly) on this machine's CPU and
 exports it to GGUF in Clover's official layout. Fixed seed; progress and losses are printed.
-Usage: train_tiny.py --corpus DIR --out models/clover-tiny.gguf [--epochs 14] [--threads 2]
+Usage: train_tiny.py --corpus DIR --out models/clover-tiny.gguf [--epochs 10] [--threads 2]
 (`make train-tiny` runs corpus -> BPE -> this -> evaluation.)
 """
 
@@ -21,6 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bpe  # noqa: E402
 import export  # noqa: E402
+import gguf  # noqa: E402
+import tiny_corpus  # noqa: E402
 from gguf import GgmlType  # noqa: E402
 from model import HParams  # noqa: E402
 from train_net import TrainNet  # noqa: E402
@@ -202,7 +204,7 @@ def main():
                     help="wall-clock budget; with --epochs 0 the schedule is sized from the speed measured "
                          "over the first 50 steps (0: no budget)")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: budget only)")
-    ap.add_argument("--epochs", type=float, default=14, help="schedule length in epochs over the chat data")
+    ap.add_argument("--epochs", type=float, default=10, help="schedule length in epochs over the chat data")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -311,7 +313,16 @@ def main():
             "zeros because no engine uses them.")
     export.write_gguf(a.out, hp, weights, vocab_meta, "official", GgmlType[a.type], description=desc,
                       chat_template=template, name="clover-tiny")
+    add_selfcheck(a.out, os.path.join(a.corpus, "heldout.jsonl"))
     print(f"train: wrote {a.out} ({os.path.getsize(a.out)} bytes)", flush=True)
+
+
+def add_selfcheck(path: str, heldout_path: str):
+    """Stores the known-answer questions for `crossword check` in the file (crossword.selfcheck)."""
+    with open(heldout_path, encoding="utf-8") as f:
+        items = [json.loads(line) for line in f]
+    qs = json.dumps(tiny_corpus.selfcheck(items), ensure_ascii=False)
+    gguf.copy_with_metadata(path, path, {"crossword.selfcheck": (qs, gguf.ValueType.STRING)})
 
 
 if __name__ == "__main__":
