@@ -1,6 +1,5 @@
-"""Golden answers of the trained tiny model for the C++ end-to-end tests and `crossword check`:
-greedy answers to fixed prompts in every mode (tests/golden/clover_tiny_answers.json) and the
-known-answer questions (models/clover-tiny.check.json). Both carry the model's sha256.
+"""Golden answers of the trained tiny model for the C++ end-to-end tests: greedy answers to fixed
+held-out prompts in every mode (tests/golden/clover_tiny_answers.json, with the model's sha256).
 
   tiny_golden.py --model models/clover-tiny.gguf --heldout BUILD/tiny/heldout.jsonl --write
   tiny_golden.py --model models/clover-tiny.gguf --check   # CTest: the reference reproduces them
@@ -24,13 +23,10 @@ import model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ANSWERS = os.path.join(ROOT, "tests", "golden", "clover_tiny_answers.json")
-CHECK = os.path.join(ROOT, "models", "clover-tiny.check.json")
 FORMAT = "crossword-tiny-answers/1"
 # (kind, count) of held-out questions in the golden answers and in the self-check.
 GOLDEN_KINDS = [("capital", 2), ("plus", 1), ("times", 1), ("next_day", 1), ("month_num", 1), ("json", 1),
                 ("weather_call", 1)]
-CHECK_KINDS = [("capital", 4), ("plus", 2), ("minus", 2), ("times", 2), ("next_day", 1), ("prev_day", 1),
-               ("next_month", 1), ("month_days", 1), ("month_num", 1), ("json", 1), ("weather_call", 1)]
 MAX_TOKENS = 160
 MODES = [("ar", {}), ("diffusion", {"threshold": 0.95}), ("diffusion", {"threshold": 0.9}), ("spec", {})]
 
@@ -79,15 +75,7 @@ def main():
                "runs": run_all(m, tok, pick(items, GOLDEN_KINDS))}
         with open(ANSWERS, "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, indent=1)
-        check = {"format": "crossword-check/1", "model": {"sha256": digest},
-                 "note": "held-out questions (phrasings never seen in training) with known answers; "
-                         "`expected` must appear in the answer after </think> (numbers: the last number; "
-                         "json: equal JSON; weather_call: the get_weather city arguments)",
-                 "questions": [{k: it[k] for k in ("kind", "question", "thinking", "tools", "expected", "prompt")}
-                               for it in pick(items, CHECK_KINDS)]}
-        with open(CHECK, "w", encoding="utf-8") as f:
-            json.dump(check, f, ensure_ascii=False, indent=1)
-        print(f"tiny_golden: wrote {ANSWERS} and {CHECK}")
+        print(f"tiny_golden: wrote {ANSWERS}")
         return
     with open(ANSWERS, encoding="utf-8") as f:
         want = json.load(f)

@@ -59,14 +59,15 @@ def main():
     ap.add_argument("--oracles", required=True)
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "clover-tiny.gguf"))
     ap.add_argument("--answers", default=os.path.join(ROOT, "tests", "golden", "clover_tiny_answers.json"))
+    ap.add_argument("--heldout", default=os.path.join(ROOT, "tests", "golden", "clover_tiny_heldout.jsonl"),
+                    help="held-out questions (their prompts are tokenized by both)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     tok = eval_tiny.tokenizer_from_gguf(a.model)
     with open(a.answers, encoding="utf-8") as f:
         runs = json.load(f)["runs"]
-    check_path = os.path.join(ROOT, "models", "clover-tiny.check.json")
-    with open(check_path, encoding="utf-8") as f:
-        questions = json.load(f)["questions"]
+    with open(a.heldout, encoding="utf-8") as f:
+        questions = [json.loads(line) for line in f]
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
         q35 = os.path.join(tmp, "tiny_qwen35moe.gguf")

@@ -1,6 +1,7 @@
 // Tests for base: fp16/bf16 conversions against the F16C instruction, errors, file mapping.
 #include <gtest/gtest.h>
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -66,7 +67,8 @@ TEST(Error, FailFormatsMessage) {
 }
 
 TEST(MappedFile, MapsAndReads) {
-  std::string path = ::testing::TempDir() + "/mapped_file_test.bin";
+  std::string path =
+      ::testing::TempDir() + "/mapped_file_test_" + std::to_string(::getpid()) + ".bin";
   {
     std::ofstream out(path, std::ios::binary);
     out << "hello crossword";

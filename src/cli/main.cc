@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "chat/chat_commands.h"
+#include "cli/bench_command.h"
 #include "cli/commands.h"
 #include "server/server_commands.h"
 #include "tokenizer/tokenizer_commands.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   // Subcommand registration (one call per contributing library).
   crossword::cli::RegisterRunCommand(app);
   crossword::cli::RegisterLogitsCommand(app);
+  crossword::cli::RegisterBenchCommand(app);
   crossword::cli::RegisterCheckCommand(app);
   crossword::tokenizer::RegisterTokenizerCommands(app);
   crossword::chat::RegisterChatCommands(app);

@@ -4,6 +4,7 @@
 #include "gguf/gguf.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -47,7 +48,7 @@ namespace crossword::gguf {
 namespace {
 
 std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/gguf_test_" + name;
+  return ::testing::TempDir() + "/gguf_test_" + std::to_string(::getpid()) + "_" + name;
 }
 
 std::vector<std::byte> ReadAll(const std::string& path) {

@@ -5,6 +5,9 @@
 #include "base/error.h"
 #include "kernels/kernels.h"
 #include "kernels/ref.h"
+#if defined(__x86_64__)
+#include "kernels/vnni_kernels.h"
+#endif
 
 namespace crossword::kernels {
 
@@ -20,12 +23,13 @@ ActFormat ActFormatFor(GgmlType weight_type) {
     case GgmlType::kQ4_0:
       return ActFormat::kQ8_0;
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
       return ActFormat::kQ8_K;
     default:
       Fail(
           "kernels: weight type {} has no matrix kernel (supported: F32, F16, BF16, Q8_0, Q4_0, "
-          "Q4_K, Q6_K); re-quantize the model to one of these",
+          "Q4_K, Q5_K, Q6_K); re-quantize the model to one of these",
           TypeName(weight_type));
   }
 }

@@ -92,7 +92,9 @@ HWY_INLINE void RowsFixed(float* HWY_RESTRICT S, const float* HWY_RESTRICT q,
   const DF d;
   const int64_t N = hn::Lanes(d);
   hn::Vec<DF> kv[V], qv[V];
-  for (int i = 0; i < V; ++i) {
+  // Fully unrolled (GCC -O2 would otherwise keep kv/qv on the stack), two accumulators per dot
+  // product to halve the dependent multiply-add chains.
+  HWY_UNROLL(8) for (int i = 0; i < V; ++i) {
     kv[i] = hn::LoadU(d, k + i * N);
     qv[i] = hn::LoadU(d, q + i * N);
   }
@@ -100,17 +102,21 @@ HWY_INLINE void RowsFixed(float* HWY_RESTRICT S, const float* HWY_RESTRICT q,
   for (int64_t j = 0; j < dv; ++j) {
     float* row = S + j * V * N;
     hn::Vec<DF> r[V];
-    auto sk = hn::Zero(d), sq = hn::Zero(d);
-    for (int i = 0; i < V; ++i) {
+    auto sk0 = hn::Zero(d), sq0 = hn::Zero(d), sk1 = hn::Zero(d), sq1 = hn::Zero(d);
+    HWY_UNROLL(8) for (int i = 0; i < V; i += 2) {
       r[i] = hn::LoadU(d, row + i * N);
-      sk = hn::MulAdd(r[i], kv[i], sk);
-      sq = hn::MulAdd(r[i], qv[i], sq);
+      r[i + 1] = hn::LoadU(d, row + (i + 1) * N);
+      sk0 = hn::MulAdd(r[i], kv[i], sk0);
+      sq0 = hn::MulAdd(r[i], qv[i], sq0);
+      sk1 = hn::MulAdd(r[i + 1], kv[i + 1], sk1);
+      sq1 = hn::MulAdd(r[i + 1], qv[i + 1], sq1);
     }
-    const float dj = (v[j] - decay * hn::GetLane(hn::SumOfLanes(d, sk))) * beta;
+    const float dj = (v[j] - decay * hn::GetLane(hn::SumOfLanes(d, hn::Add(sk0, sk1)))) * beta;
     const auto vdj = hn::Set(d, dj);
-    for (int i = 0; i < V; ++i)
+    HWY_UNROLL(8) for (int i = 0; i < V; ++i) {
       hn::StoreU(hn::MulAdd(kv[i], vdj, hn::Mul(r[i], vdecay)), d, row + i * N);
-    o[j] = scale * (decay * hn::GetLane(hn::SumOfLanes(d, sq)) + dj * kq);
+    }
+    o[j] = scale * (decay * hn::GetLane(hn::SumOfLanes(d, hn::Add(sq0, sq1))) + dj * kq);
   }
 }
 

@@ -33,14 +33,14 @@ enum class ActFormat : uint8_t {
   kF16,   ///< x rounded to binary16 (available; F16 weights use kF32, see ActFormatFor).
   kBF16,  ///< BF16 weights: x rounded to bfloat16 (as llama.cpp's vec_dot_bf16).
   kQ8_0,  ///< Q8_0/Q4_0: blocks of 32, d = amax/127 (fp16), q = nearest-even(x*127/amax) (x86 ggml)
-  kQ8_K,  ///< Q4_K/Q6_K weights: blocks of 256, llama.cpp quantize_row_q8_K (d = max/-127).
+  kQ8_K,  ///< Q4_K/Q5_K/Q6_K weights: blocks of 256, llama.cpp quantize_row_q8_K (d = max/-127).
 };
 
 /// The activation format the dot products of `weight_type` consume. F16 weights take f32
 /// activations (llama.cpp rounds them to f16 for multi-row products but not for single rows; one
 /// format for every batch size keeps results batch-invariant, which lossless speculation needs,
 /// and f32 is the more accurate of the two). Throws crossword::Error for
-/// weight types without a kernel (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
+/// weight types without a kernel (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 ActFormat ActFormatFor(GgmlType weight_type);
 
 /// Activation rows converted once into what a weight type's dot product consumes, so several

@@ -6,6 +6,8 @@
 // clang-format on
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -184,7 +186,7 @@ HWY_INLINE void ScaleMinQ4K(int j, const uint8_t* q, int* sc, int* m) {
   }
 }
 
-// Q4_K/Q6_K row dot: weights times their sub-block scale as int16, exact integer sum per
+// Q4_K/Q5_K/Q6_K row dot: weights times their sub-block scale as int16, exact integer sum per
 // super-block, then one float multiply-add (and the Q4_K min term).
 float DotKRow(GgmlType type, const uint8_t* w, const int8_t* xq, const float* xd,
               const int16_t* bsums, int64_t nsb) {
@@ -192,21 +194,28 @@ float DotKRow(GgmlType type, const uint8_t* w, const int8_t* xq, const float* xd
   float acc = 0.0f;
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int8_t* x = xq + sb * 256;
-    if (type == GgmlType::kQ4_K) {
-      const auto& blk = reinterpret_cast<const BlockQ4_K*>(w)[sb];
+    if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
+      // Q5_K = Q4_K's header, then qh (5th bit of element 32j + l in bit j of qh[l]), then qs.
+      const bool q5 = type == GgmlType::kQ5_K;
+      const uint8_t* blk = w + sb * (q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+      const auto& hdr = *reinterpret_cast<const BlockQ4_K*>(blk);
+      const uint8_t* qh = q5 ? blk + offsetof(BlockQ5_K, qh) : nullptr;
+      const uint8_t* qsb = blk + (q5 ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs));
       int msum = 0;
       for (int j = 0; j < 8; ++j) {
         int sc, m;
-        ScaleMinQ4K(j, blk.scales, &sc, &m);
-        const uint8_t* qs = blk.qs + (j / 2) * 32;
+        ScaleMinQ4K(j, hdr.scales, &sc, &m);
+        const uint8_t* qs = qsb + (j / 2) * 32;
         const int shift = (j % 2) * 4;
-        for (int l = 0; l < 32; ++l)
-          w16[j * 32 + l] = static_cast<int16_t>(sc * ((qs[l] >> shift) & 0xF));
+        for (int l = 0; l < 32; ++l) {
+          const int hi = qh ? ((qh[l] >> j) & 1) << 4 : 0;
+          w16[j * 32 + l] = static_cast<int16_t>(sc * (((qs[l] >> shift) & 0xF) | hi));
+        }
         msum += m * (bsums[sb * 16 + 2 * j] + bsums[sb * 16 + 2 * j + 1]);
       }
       const int32_t isum = DotI16I8(w16, x, 256);
-      acc += F16ToF32(blk.d) * xd[sb] * static_cast<float>(isum) -
-             F16ToF32(blk.dmin) * xd[sb] * static_cast<float>(msum);
+      acc += F16ToF32(hdr.d) * xd[sb] * static_cast<float>(isum) -
+             F16ToF32(hdr.dmin) * xd[sb] * static_cast<float>(msum);
     } else {
       const auto& blk = reinterpret_cast<const BlockQ6_K*>(w)[sb];
       for (int h = 0; h < 2; ++h) {
@@ -282,6 +291,7 @@ void MatMulTileImpl(const MatMulJob& job, int64_t o0, int64_t o1) {
       return IntTile(job, o0, o1);
 #endif
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
 #if HWY_TARGET == HWY_AVX3_DL
       return vnni::KQuantTile(job.w, rows, o0, o1);
@@ -314,17 +324,31 @@ int64_t TasksOf(const MatMulJob& job) {
 }  // namespace
 
 void MatMul(std::span<const MatMulJob> jobs, ThreadPool& pool) {
+  // First task of each job (a MoE layer has ~500 jobs: binary search, not a scan per task).
+  constexpr size_t kMaxIndexed = 1024;
+  std::array<int64_t, kMaxIndexed + 1> first;
+  const bool indexed = jobs.size() <= kMaxIndexed;
   int64_t n_tasks = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     ref::CheckMatMulJob(jobs[j], j);
+    if (indexed) first[j] = n_tasks;
     n_tasks += TasksOf(jobs[j]);
   }
+  if (indexed) first[jobs.size()] = n_tasks;
   pool.ParallelFor(n_tasks, [&](int64_t task, int) {
     size_t j = 0;
-    for (;; ++j) {
-      const int64_t n = TasksOf(jobs[j]);
-      if (task < n) break;
-      task -= n;
+    if (indexed) {
+      j = static_cast<size_t>(
+              std::upper_bound(first.begin(), first.begin() + jobs.size() + 1, task) -
+              first.begin()) -
+          1;
+      task -= first[j];
+    } else {
+      for (;; ++j) {
+        const int64_t n = TasksOf(jobs[j]);
+        if (task < n) break;
+        task -= n;
+      }
     }
     const MatMulJob& job = jobs[j];
     const int64_t o0 = task * kOutPerTask;

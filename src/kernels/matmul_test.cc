@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -23,6 +24,18 @@ constexpr double kEps = 1.0 / (1 << 23);  // float32 unit roundoff x 2
 struct TargetGuard {
   ~TargetGuard() { ForceTargetForTest(0); }
 };
+
+// Every compiled+supported target. Apply one with Use().
+struct Config {
+  int64_t target;
+  void Use() const { ForceTargetForTest(target); }
+  std::string Name() const { return TargetName(target); }
+};
+std::vector<Config> Configs() {
+  std::vector<Config> out;
+  for (int64_t target : AvailableTargets()) out.push_back({target});
+  return out;
+}
 
 // Random weight rows of `type` that decode to modest values (scales 1e-3..1e-2).
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937& rng) {
@@ -63,6 +76,13 @@ std::vector<uint8_t> RandomWeights(GgmlType type, int64_t n_in, int64_t n_out, s
         for (int64_t b = 0; b < n_in / 256; ++b) {
           auto* blk = reinterpret_cast<BlockQ4_K*>(row + b * sizeof(BlockQ4_K));
           blk->d = F32ToF16(scale(rng) * 0.1f);
+          blk->dmin = F32ToF16(scale(rng) * 0.1f);
+        }
+        break;
+      case GgmlType::kQ5_K:
+        for (int64_t b = 0; b < n_in / 256; ++b) {
+          auto* blk = reinterpret_cast<BlockQ5_K*>(row + b * sizeof(BlockQ5_K));
+          blk->d = F32ToF16(scale(rng) * 0.05f);
           blk->dmin = F32ToF16(scale(rng) * 0.1f);
         }
         break;
@@ -127,15 +147,16 @@ const Case kCases[] = {
     {GgmlType::kF16, 640},   {GgmlType::kBF16, 99},   {GgmlType::kBF16, 512},
     {GgmlType::kQ8_0, 64},   {GgmlType::kQ8_0, 2304}, {GgmlType::kQ4_0, 96},
     {GgmlType::kQ4_0, 2112}, {GgmlType::kQ4_K, 256},  {GgmlType::kQ4_K, 2304},
-    {GgmlType::kQ6_K, 256},  {GgmlType::kQ6_K, 2560},
+    {GgmlType::kQ6_K, 256},  {GgmlType::kQ6_K, 2560}, {GgmlType::kQ5_K, 256},
+    {GgmlType::kQ5_K, 2304},
 };
 
 TEST(MatMul, MatchesScalarTwinOnEveryTarget) {
   TargetGuard guard;
   std::mt19937 rng(42);
   ThreadPool pool(2);
-  const std::vector<int64_t> targets = AvailableTargets();
-  ASSERT_FALSE(targets.empty());
+  const std::vector<Config> configs = Configs();
+  ASSERT_FALSE(configs.empty());
   for (const Case& c : kCases) {
     const int64_t n_out = 37;
     for (int64_t n_rows : {1, 3, 13}) {
@@ -150,9 +171,9 @@ TEST(MatMul, MatchesScalarTwinOnEveryTarget) {
       const int64_t terms = ref::ActBlockSize(ActFormatFor(c.type)) == 1
                                 ? c.n_in
                                 : c.n_in / ref::ActBlockSize(ActFormatFor(c.type));
-      for (int64_t target : targets) {
-        ForceTargetForTest(target);
-        SCOPED_TRACE(testing::Message() << TargetName(target) << " " << TypeName(c.type) << " n_in "
+      for (const Config& config : configs) {
+        config.Use();
+        SCOPED_TRACE(testing::Message() << config.Name() << " " << TypeName(c.type) << " n_in "
                                         << c.n_in << " rows " << n_rows);
         std::vector<float> got(n_rows * n_out, -1.0f);
         MatMul(m, act, got.data(), n_out, pool);
@@ -175,27 +196,29 @@ TEST(MatMul, GatherScatterRowsInOneRegion) {
   ThreadPool pool(2);
   const int64_t n_in = 512, n_out = 40, n_tok = 6;
   const auto x = RandomActs(n_tok, n_in, rng);
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kF16}) {
+  for (GgmlType type :
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kF16}) {
     const auto w1 = RandomWeights(type, n_in, n_out, rng);
     const auto w2 = RandomWeights(type, n_in, n_out, rng);
     const size_t rb = *RowBytes(type, n_in);
     Activations act;
     act.Reserve(n_tok, n_in);
     PrepareActivations(type, x.data(), n_tok, n_in, n_in, act, pool);
-    // Expert 1 gets tokens {4, 0, 5}, expert 2 gets {1, 4}; outputs go to (token, slot) rows.
-    const int32_t xr1[] = {4, 0, 5}, yr1[] = {8, 0, 10};
+    // Expert 1 gets tokens {4, 0, 5, 2, 3}, expert 2 gets {1, 4}; outputs go to (token, slot)
+    // rows (5 rows take the many-row kernels, 2 the decode ones).
+    const int32_t xr1[] = {4, 0, 5, 2, 3}, yr1[] = {8, 0, 10, 2, 5};
     const int32_t xr2[] = {1, 4}, yr2[] = {3, 9};
     const int64_t ldy = n_out + 3;
-    for (int64_t target : AvailableTargets()) {
-      ForceTargetForTest(target);
-      SCOPED_TRACE(testing::Message() << TargetName(target) << " " << TypeName(type));
+    for (const Config& config : Configs()) {
+      config.Use();
+      SCOPED_TRACE(testing::Message() << config.Name() << " " << TypeName(type));
       std::vector<float> y(12 * ldy, 123.0f);
       const MatMulJob jobs[] = {
-          {{type, n_in, n_out, w1.data(), rb}, &act, 3, xr1, y.data(), ldy, yr1},
+          {{type, n_in, n_out, w1.data(), rb}, &act, 5, xr1, y.data(), ldy, yr1},
           {{type, n_in, n_out, w2.data(), rb}, &act, 2, xr2, y.data(), ldy, yr2}};
       MatMul(jobs, pool);
       for (const auto& [w, xr, yr, n] :
-           {std::tuple{&w1, xr1, yr1, 3}, std::tuple{&w2, xr2, yr2, 2}}) {
+           {std::tuple{&w1, xr1, yr1, 5}, std::tuple{&w2, xr2, yr2, 2}}) {
         for (int i = 0; i < n; ++i) {
           for (int64_t o = 0; o < n_out; ++o) {
             const double want = ref::DotRow(type, w->data() + o * rb, act, xr[i]);
@@ -335,7 +358,7 @@ TEST(Activations, RejectsTooSmallReservationAndBadShapes) {
   std::vector<float> x(4 * 512, 1.0f);
   EXPECT_THROW(PrepareActivations(GgmlType::kQ8_0, x.data(), 4, 512, 512, act, pool), Error);
   EXPECT_THROW(PrepareActivations(GgmlType::kQ4_K, x.data(), 1, 100, 100, act, pool), Error);
-  EXPECT_THROW(PrepareActivations(GgmlType::kQ5_K, x.data(), 1, 256, 256, act, pool), Error);
+  EXPECT_THROW(PrepareActivations(GgmlType::kQ3_K, x.data(), 1, 256, 256, act, pool), Error);
   PrepareActivations(GgmlType::kQ8_0, x.data(), 2, 256, 256, act, pool);
   std::vector<float> w(256 * 4, 0.5f), y(8);
   // F32 weights with Q8_0 activations: a format mismatch must be reported, not computed.
@@ -359,6 +382,51 @@ TEST(Activations, RejectsTooSmallReservationAndBadShapes) {
                       4,
                       nullptr};
   EXPECT_THROW(MatMul(std::span<const MatMulJob>(&job, 1), pool), Error);
+}
+
+// Lossless speculation needs every row's result to be independent of the batch: the same bits
+// for a row computed alone, in any batch size, at any position, with any thread count. Real
+// widths (2048, 4096) so the decode (few rows) and GEMM (many rows) code paths both run.
+TEST(MatMul, BatchInvariantBitForBit) {
+  TargetGuard guard;
+  std::mt19937 rng(99);
+  ThreadPool pool1(1), pool2(2);
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                            GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  for (GgmlType type : types) {
+    for (int64_t n_in : {2048, 4096 + 512}) {
+      const int64_t n_out = 75, n_rows = 19;  // 75: a partial 16-row tile; 2 tasks of 64
+      const auto w = RandomWeights(type, n_in, n_out, rng);
+      const auto x = RandomActs(n_rows, n_in, rng);
+      const Matrix m{type, n_in, n_out, w.data(), *RowBytes(type, n_in)};
+      Activations act;
+      act.Reserve(n_rows, n_in);
+      PrepareActivations(type, x.data(), n_rows, n_in, n_in, act, pool2);
+      for (const Config& config : Configs()) {
+        config.Use();
+        // The prepared rows as this configuration builds them.
+        PrepareActivations(type, x.data(), n_rows, n_in, n_in, act, pool2);
+        SCOPED_TRACE(testing::Message()
+                     << config.Name() << " " << TypeName(type) << " n_in " << n_in);
+        std::vector<float> all(n_rows * n_out);
+        MatMul(m, act, all.data(), n_out, pool2);
+        // Sub-batches [r0, r0 + n) through gathered rows, 1 and 2 threads.
+        for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17}) {
+          for (int64_t r0 : {int64_t{0}, n_rows - n}) {
+            std::vector<int32_t> rows(n);
+            for (int64_t i = 0; i < n; ++i) rows[i] = static_cast<int32_t>(r0 + i);
+            std::vector<float> y(n * n_out, -1.0f);
+            const MatMulJob job{m, &act, n, rows.data(), y.data(), n_out, nullptr};
+            MatMul(std::span<const MatMulJob>(&job, 1), n % 2 ? pool1 : pool2);
+            for (int64_t i = 0; i < n; ++i) {
+              ASSERT_EQ(std::memcmp(&y[i * n_out], &all[(r0 + i) * n_out], 4 * n_out), 0)
+                  << "batch of " << n << " rows at " << r0 << ", row " << i;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

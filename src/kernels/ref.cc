@@ -210,6 +210,29 @@ double DotRow(GgmlType type, const void* w, const Activations& x, int64_t r) {
       }
       return acc;
     }
+    case GgmlType::kQ5_K: {  // as Q4_K; the 5th bit of element 32j + l is bit j of qh[l]
+      const auto* blocks = static_cast<const BlockQ5_K*>(w);
+      for (int64_t b = 0; b < n / kQK_K; ++b) {
+        const BlockQ5_K& blk = blocks[b];
+        const int8_t* q8 = xq + b * kQK_K;
+        int isum = 0, msum = 0;
+        for (int j = 0; j < 8; ++j) {
+          int sc, m;
+          ScaleMinK4(j, blk.scales, &sc, &m);
+          const uint8_t* qs = blk.qs + (j / 2) * 32;
+          int s = 0;
+          for (int l = 0; l < 32; ++l) {
+            const int lo = (j % 2 == 0) ? (qs[l] & 0xF) : (qs[l] >> 4);
+            s += (lo | (((blk.qh[l] >> j) & 1) << 4)) * q8[j * 32 + l];
+          }
+          isum += sc * s;
+          msum += m * (xs[b * 16 + 2 * j] + xs[b * 16 + 2 * j + 1]);
+        }
+        acc += static_cast<double>(F16ToF32(blk.d) * xd[b]) * isum -
+               static_cast<double>(F16ToF32(blk.dmin) * xd[b]) * msum;
+      }
+      return acc;
+    }
     case GgmlType::kQ6_K: {
       const auto* blocks = static_cast<const BlockQ6_K*>(w);
       for (int64_t b = 0; b < n / kQK_K; ++b) {

@@ -162,10 +162,65 @@ CW_VNNI inline __m512i PairWeights(const uint8_t* blk) {
   }
 }
 
+// Integer block sums of 16 blocks of one weight row with R activation rows: sums[r] lane j =
+// exact sum over block b + j of w * x (the VNNI offset corrected), as float (|sum| < 2^24).
+template <int R, bool kQ8>
+CW_VNNI inline void BlockSums16(const uint8_t* blk, const int8_t* const* xq,
+                                const int32_t* const* xs, int64_t b, __m512* sums) {
+  constexpr int64_t kBs = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  __m512i u[R][4];
+  CW_UNROLL for (int j = 0; j < 4; ++j) {
+    const __m512i wa = PairWeights<kQ8>(blk + (4 * j) * kBs);
+    const __m512i wb = PairWeights<kQ8>(blk + (4 * j + 2) * kBs);
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      const int8_t* xp = xq[r] + (b + 4 * j) * 32;
+      const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_loadu_si512(xp));
+      const __m512i pb =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(xp + 64));
+      u[r][j] = Combine1(pa, pb);
+    }
+  }
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    const __m512i s = Combine3(Combine2(u[r][0], u[r][1]), Combine2(u[r][2], u[r][3]));
+    const __m512i corr = _mm512_loadu_si512(xs[r] + b);  // -128 * sum(x) per block
+    sums[r] = _mm512_cvtepi32_ps(_mm512_add_epi32(s, kQ8 ? corr : _mm512_srai_epi32(corr, 4)));
+  }
+}
+
+// The same for one block (rows whose length is not a multiple of 512).
+template <int R, bool kQ8>
+CW_VNNI inline void BlockSum1(const uint8_t* blk, const int8_t* const* xq, const int32_t* const* xs,
+                              int64_t b, float* sums) {
+  __m256i wv;
+  if constexpr (kQ8) {
+    wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
+                          _mm256_set1_epi8(static_cast<char>(0x80)));
+  } else {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m256i t = _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
+    wv = _mm256_and_si256(t, _mm256_set1_epi8(0x0F));
+  }
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    const __m256i p =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv,
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + b * 32)));
+    const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+    const int32_t isum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 1)));
+    sums[r] = static_cast<float>(isum + (kQ8 ? xs[r][b] : (xs[r][b] >> 4)));
+  }
+}
+
+// Decode (few activation rows): each weight row is streamed once, in order, without repacking.
+// Batch invariance: a row's result must be bit-identical to the repacked GEMM's (Q8Kernel),
+// which adds the blocks in order, acc = fma(sum_b, d_w * d_x, acc). So the block sums and scales
+// of 16 weight rows are collected (lanes = blocks), transposed (lanes = weight rows) and added
+// in block order with the same fused multiply-adds.
 template <int R, bool kQ8>
 CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t o0,
                           int64_t o1) {
   constexpr int64_t kBs = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+  constexpr int kGroups = 8;  // 16-block groups per pass over a tile: 4096 columns
   const int64_t nb = w.n_in / 32;
   const Activations& x = *rows.x;
   RowPtrs rp[R];
@@ -181,71 +236,66 @@ CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int6
   const __m512i gidx =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                          _mm512_set1_epi32(static_cast<int32_t>(kBs)));
-  for (int64_t o = o0; o < o1; ++o) {
-    const uint8_t* wrow = static_cast<const uint8_t*>(w.data) + o * w.row_bytes;
+  alignas(64) float sums[R][kGroups][kOTile][16];  // [r][group][weight row][block]
+  alignas(64) float dws[kGroups][kOTile][16];
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t ot = o0; ot < o1; ot += kOTile) {
+    const int nv = static_cast<int>(std::min<int64_t>(kOTile, o1 - ot));
     __m512 acc[R];
     CW_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 16 <= nb; b += 16) {
-      const uint8_t* blk = wrow + b * kBs;
-      if constexpr (kPrefetchRows > 0) {
-        // The same 16 blocks a few rows ahead (never dereferenced; past the end is harmless).
-        const uint8_t* ahead = blk + kPrefetchRows * w.row_bytes;
-        CW_UNROLL for (int64_t line = 0; line < 16 * kBs; line += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T0);
+    for (int64_t c0 = 0; c0 < nb; c0 += 16 * kGroups) {
+      const int64_t c1 = std::min<int64_t>(nb, c0 + 16 * kGroups);
+      for (int i = 0; i < kOTile; ++i) {
+        const uint8_t* wrow = base + (ot + std::min(i, nv - 1)) * w.row_bytes;
+        int64_t b = c0;
+        int g = 0;
+        for (; b + 16 <= c1; b += 16, ++g) {
+          const uint8_t* blk = wrow + b * kBs;
+          if constexpr (kPrefetchRows > 0) {
+            // The same 16 blocks a few rows ahead (never dereferenced; past the end is harmless).
+            const uint8_t* ahead = blk + kPrefetchRows * w.row_bytes;
+            CW_UNROLL for (int64_t line = 0; line < 16 * kBs; line += 64) {
+              _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T0);
+            }
+          }
+          __m512 s[R];
+          BlockSums16<R, kQ8>(blk, xq, xs, b, s);
+          CW_UNROLL for (int r = 0; r < R; ++r) _mm512_store_ps(sums[r][g][i], s[r]);
+          _mm512_store_ps(
+              dws[g][i],
+              _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(gidx, blk, 1))));
+        }
+        if (b < c1) {  // a last group of fewer than 16 blocks; unused lanes stay zero
+          for (int r = 0; r < R; ++r) std::fill_n(sums[r][g][i], 16, 0.0f);
+          std::fill_n(dws[g][i], 16, 0.0f);
+          for (int j = 0; b + j < c1; ++j) {
+            const uint8_t* blk = wrow + (b + j) * kBs;
+            float s[R];
+            BlockSum1<R, kQ8>(blk, xq, xs, b + j, s);
+            for (int r = 0; r < R; ++r) sums[r][g][i][j] = s[r];
+            uint16_t dh;
+            std::memcpy(&dh, blk, 2);
+            dws[g][i][j] = _cvtsh_ss(dh);
+          }
         }
       }
-      __m512i u[R][4];
-      CW_UNROLL for (int j = 0; j < 4; ++j) {
-        const __m512i wa = PairWeights<kQ8>(blk + (4 * j) * kBs);
-        const __m512i wb = PairWeights<kQ8>(blk + (4 * j + 2) * kBs);
+      for (int g = 0; 16 * g + c0 < c1; ++g) {
+        const int64_t b = c0 + 16 * g;
+        const int nk = static_cast<int>(std::min<int64_t>(16, c1 - b));
+        __m512 dT[16];
+        Transpose16(dws[g][0], dT);
         CW_UNROLL for (int r = 0; r < R; ++r) {
-          const int8_t* xp = xq[r] + (b + 4 * j) * 32;
-          const __m512i pa =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_loadu_si512(xp));
-          const __m512i pb =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(xp + 64));
-          u[r][j] = Combine1(pa, pb);
+          __m512 sT[16];
+          Transpose16(sums[r][g][0], sT);
+          for (int k = 0; k < nk; ++k) {
+            acc[r] =
+                _mm512_fmadd_ps(sT[k], _mm512_mul_ps(dT[k], _mm512_set1_ps(xd[r][b + k])), acc[r]);
+          }
         }
       }
-      const __m512 dw =
-          _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(gidx, blk, 1)));
-      CW_UNROLL for (int r = 0; r < R; ++r) {
-        __m512i sums = Combine3(Combine2(u[r][0], u[r][1]), Combine2(u[r][2], u[r][3]));
-        const __m512i corr = _mm512_loadu_si512(xs[r] + b);  // -128 * sum(x) per block
-        sums = _mm512_add_epi32(sums, kQ8 ? corr : _mm512_srai_epi32(corr, 4));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
-                                 _mm512_mul_ps(dw, _mm512_loadu_ps(xd[r] + b)), acc[r]);
-      }
     }
-    float tail[R] = {};
-    for (; b < nb; ++b) {  // n_in not a multiple of 512: one block at a time
-      const uint8_t* blk = wrow + b * kBs;
-      uint16_t dh;
-      std::memcpy(&dh, blk, 2);
-      const float dwb = _cvtsh_ss(dh);
-      __m256i wv;
-      if constexpr (kQ8) {
-        wv = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)),
-                              _mm256_set1_epi8(static_cast<char>(0x80)));
-      } else {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-        const __m256i t =
-            _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1);
-        wv = _mm256_and_si256(t, _mm256_set1_epi8(0x0F));
-      }
-      CW_UNROLL for (int r = 0; r < R; ++r) {
-        const __m256i p = _mm256_dpbusd_epi32(
-            _mm256_setzero_si256(), wv,
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + b * 32)));
-        const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-        const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-        int32_t isum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 1)));
-        isum += kQ8 ? xs[r][b] : (xs[r][b] >> 4);
-        tail[r] += dwb * xd[r][b] * static_cast<float>(isum);
-      }
-    }
-    CW_UNROLL for (int r = 0; r < R; ++r) rp[r].y[o] = _mm512_reduce_add_ps(acc[r]) + tail[r];
+    const __mmask16 mask = static_cast<__mmask16>((1u << nv) - 1);
+    CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(rp[r].y + ot, mask, acc[r]);
   }
 }
 
@@ -311,137 +361,6 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
 
 namespace {
 
-CW_VNNI inline float ReduceAdd256(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
-template <int R>
-CW_VNNI void Q4KDot(const BlockQ4_K* blocks, int64_t nsb, const RowPtrs* rp, const Activations& x,
-                    float* out) {
-  __m512 facc[R];
-  __m256 macc[R];
-  CW_UNROLL for (int r = 0; r < R; ++r) {
-    facc[r] = _mm512_setzero_ps();
-    macc[r] = _mm256_setzero_ps();
-  }
-  const __m512i idx[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                          _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-                          _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-                          _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
-  const __m256i lo4 = _mm256_set1_epi8(0x0F);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const BlockQ4_K& blk = blocks[sb];
-    const __m128i smv = UnpackQ4KScalesV(blk.scales);
-    const __m512i sc32 = _mm512_cvtepu8_epi32(smv);  // lanes 0..7 = scales (< 64)
-    // mins duplicated per pair of bsums: madd(bsums, [m0 m0 m1 m1 ..]) = m_j * (sum of 32).
-    const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smv, smv));
-    const float d = HalfToFloat(blk.d), dmin = HalfToFloat(blk.dmin);
-    __m512i isum[R];
-    CW_UNROLL for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
-    CW_UNROLL for (int c = 0; c < 4; ++c) {
-      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
-      const __m256i lo = _mm256_and_si256(qv, lo4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), lo4);
-      const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      const __m512i scv = _mm512_permutexvar_epi32(idx[c], sc32);
-      CW_UNROLL for (int r = 0; r < R; ++r) {
-        const __m512i xv = _mm512_loadu_si512(rp[r].x + sb * 256 + 64 * c);
-        const __m512i prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
-        // |prod| < 2^15 and scales are non-negative int16 in the low half of each lane.
-        isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(prod, scv));
-      }
-    }
-    CW_UNROLL for (int r = 0; r < R; ++r) {
-      const float dx = reinterpret_cast<const float*>(rp[r].x + x.scale_offset())[sb];
-      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_set1_ps(d * dx), facc[r]);
-      const __m256i bs =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[r].x + x.sums_offset() + sb * 32));
-      macc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, m16)),
-                                _mm256_set1_ps(dmin * dx), macc[r]);
-    }
-  }
-  CW_UNROLL for (int r = 0; r < R; ++r) {
-    out[r] = _mm512_reduce_add_ps(facc[r]) - ReduceAdd256(macc[r]);
-  }
-}
-
-template <int R>
-CW_VNNI void Q6KDot(const BlockQ6_K* blocks, int64_t nsb, const RowPtrs* rp, const Activations& x,
-                    float* out) {
-  __m512 facc[R];
-  CW_UNROLL for (int r = 0; r < R; ++r) facc[r] = _mm512_setzero_ps();
-  const __m512i idx[4] = {
-      _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-      _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
-      _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
-      _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12)};
-  const __m512i lo4 = _mm512_set1_epi8(0x0F);
-  const __m512i m30 = _mm512_set1_epi8(0x30);
-  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
-  // Per 16-bit lane shift counts: quarter 0/1 take qh bits 0-1/2-3 (<< 4/2), 2/3 take 4-5/6-7.
-  const __m512i shl_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-  const __m512i shr_b = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const BlockQ6_K& blk = blocks[sb];
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
-    // madd_epi16 multiplies the low int16 of each lane: zero the high half (scales are signed).
-    const __m512i sc32 = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), low16);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-    const float d = HalfToFloat(blk.d);
-    __m512i isum[R];
-    CW_UNROLL for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
-    CW_UNROLL for (int h = 0; h < 2; ++h) {
-      const __m512i qlv = _mm512_loadu_si512(blk.ql + 64 * h);
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
-      const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
-      const __m512i wa = _mm512_or_si512(_mm512_and_si512(qlv, lo4),
-                                         _mm512_and_si512(_mm512_sllv_epi16(qh2, shl_a), m30));
-      const __m512i wb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qlv, 4), lo4),
-                                         _mm512_and_si512(_mm512_srlv_epi16(qh2, shr_b), m30));
-      const __m512i sca = _mm512_permutexvar_epi32(idx[2 * h], sc32);
-      const __m512i scb = _mm512_permutexvar_epi32(idx[2 * h + 1], sc32);
-      CW_UNROLL for (int r = 0; r < R; ++r) {
-        const int8_t* xq = reinterpret_cast<const int8_t*>(rp[r].x) + sb * 256 + 128 * h;
-        const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_loadu_si512(xq));
-        const __m512i pb =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(xq + 64));
-        isum[r] = _mm512_add_epi32(
-            isum[r], _mm512_add_epi32(_mm512_madd_epi16(pa, sca), _mm512_madd_epi16(pb, scb)));
-      }
-    }
-    CW_UNROLL for (int r = 0; r < R; ++r) {
-      const float dx = reinterpret_cast<const float*>(rp[r].x + x.scale_offset())[sb];
-      const __m256i bs =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[r].x + x.sums_offset() + sb * 32));
-      // The stored quants are q + 32: subtract 32 * sum_s scale_s * bsum_s.
-      const __m512i corr =
-          _mm512_slli_epi32(_mm512_zextsi256_si512(_mm256_madd_epi16(bs, sc16)), 5);
-      facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(isum[r], corr)),
-                                _mm512_set1_ps(d * dx), facc[r]);
-    }
-  }
-  CW_UNROLL for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(facc[r]);
-}
-
-template <int R>
-CW_VNNI void KQuantRows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t o0, int64_t o1) {
-  RowPtrs rp[R];
-  CW_UNROLL for (int r = 0; r < R; ++r) rp[r] = RowAt(rows, i0 + r);
-  const int64_t nsb = w.n_in / 256;
-  float out[R];
-  for (int64_t o = o0; o < o1; ++o) {
-    const auto* wrow = static_cast<const uint8_t*>(w.data) + o * w.row_bytes;
-    if (w.type == GgmlType::kQ4_K) {
-      Q4KDot<R>(reinterpret_cast<const BlockQ4_K*>(wrow), nsb, rp, *rows.x, out);
-    } else {
-      Q6KDot<R>(reinterpret_cast<const BlockQ6_K*>(wrow), nsb, rp, *rows.x, out);
-    }
-    CW_UNROLL for (int r = 0; r < R; ++r) rp[r].y[o] = out[r];
-  }
-}
-
 template <int R>
 CW_BF16 void Bf16Rows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t o0, int64_t o1) {
   RowPtrs rp[R];
@@ -479,25 +398,6 @@ CW_BF16 void Bf16Rows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t 
 }
 
 }  // namespace
-
-CW_VNNI void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
-  if (rows.n_rows >= 4) return KQuantPackedTile(w, rows, o0, o1);
-  int64_t i = 0;
-  for (; i + 4 <= rows.n_rows; i += 4) KQuantRows<4>(w, rows, i, o0, o1);
-  switch (rows.n_rows - i) {
-    case 3:
-      KQuantRows<3>(w, rows, i, o0, o1);
-      break;
-    case 2:
-      KQuantRows<2>(w, rows, i, o0, o1);
-      break;
-    case 1:
-      KQuantRows<1>(w, rows, i, o0, o1);
-      break;
-    default:
-      break;
-  }
-}
 
 CW_BF16 void Bf16Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
   int64_t i = 0;

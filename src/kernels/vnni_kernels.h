@@ -24,11 +24,12 @@ struct JobRows {
 /// runs vpdpbusd with register tiles of up to 8 activation rows. Requires AVX512 VNNI.
 void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 
-/// y[.][o0, o1) for Q4_K or Q6_K weights and kQ8_K activations; up to 4 activation rows share
-/// each unpacked super-block. Requires AVX512 VNNI.
+/// y[.][o0, o1) for Q4_K, Q5_K or Q6_K weights and kQ8_K activations: up to 3 activation rows
+/// stream each weight row once, more go to KQuantPackedTile; both give bit-identical rows.
+/// Requires AVX512 VNNI.
 void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 
-/// Q4_K/Q6_K weights with many activation rows: 16 weight rows x 2048 columns repacked once,
+/// K-quant weights with many activation rows: 16 weight rows x 2048 columns repacked once,
 /// then register tiles of up to 4 activation rows (called by KQuantTile for >= 4 rows).
 void KQuantPackedTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 

@@ -1,6 +1,7 @@
-// Q4_K / Q6_K GEMM for many activation rows (prefill, MoE experts) on AVX-512 VNNI: 16 weight
-// rows x 2048 columns are repacked once (4-byte groups interleaved across rows, scales and mins
-// as per-row vectors) and multiplied with register tiles of up to 4 activation rows.
+// K-quant (Q4_K, Q5_K, Q6_K) products on AVX-512 VNNI. Few activation rows (decode): each weight
+// row streamed once. Many rows (prefill, MoE experts): 16 weight rows x 2048 columns repacked once
+// (4-byte groups interleaved across rows, scales and mins as per-row vectors), register tiles of
+// up to 4 activation rows. Both add the super-blocks in the same order with the same float ops.
 // GCC 12 false positive inside its AVX-512 intrinsics (see vnni_kernels.cc); before the header.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -18,6 +19,155 @@ namespace crossword::kernels::vnni {
 namespace {
 using namespace internal;  // NOLINT(build/namespaces)
 
+// ---- Few activation rows. Batch invariance with the packed GEMM: per super-block the exact
+// integer totals, then the GEMM's float operations in its order: acc = fma(isum, d*dx, acc), and
+// for Q4_K/Q5_K acc = fnmadd(msum, dmin*dx, acc).
+
+// Fused (one rounding) as the GEMM's vfmadd / vfnmadd; scalar so no lane insert/extract.
+CW_VNNI inline float Fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+CW_VNNI inline float Fnma(float a, float b, float c) { return __builtin_fmaf(-a, b, c); }
+CW_VNNI inline int32_t ReduceAdd256(__m256i v) {
+  const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  const __m128i t = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
+}
+
+// Q4_K (kQ5 = false) or Q5_K row dot products with R activation rows. The two share the header
+// (d, dmin, 12 scale bytes); Q5_K adds qh[32] (bit 2c / 2c+1 of qh[l]: the 5th bit of the low /
+// high nibble of qs[32c + l]) before qs.
+template <int R, bool kQ5>
+CW_VNNI void Q45KDot(const uint8_t* row, int64_t nsb, const RowPtrs* rp, const Activations& x,
+                     float* out) {
+  constexpr size_t kBlock = kQ5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  constexpr size_t kQs = kQ5 ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs);
+  float acc[R];
+  CW_UNROLL for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  const __m512i idx[4] = {_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                          _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+                          _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+                          _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* blk = row + sb * kBlock;
+    const auto& hdr = *reinterpret_cast<const BlockQ4_K*>(blk);  // same header in Q5_K
+    const __m128i smv = UnpackQ4KScalesV(hdr.scales);
+    const __m512i sc32 = _mm512_cvtepu8_epi32(smv);  // lanes 0..7 = scales (< 64)
+    // mins duplicated per pair of bsums: madd(bsums, [m0 m0 m1 m1 ..]) = m_j * (sum of 32).
+    const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(smv, smv));
+    __m256i qh;
+    if constexpr (kQ5) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+    __m512i isum[R];
+    CW_UNROLL for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+    CW_UNROLL for (int c = 0; c < 4; ++c) {
+      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * c));
+      __m256i lo = _mm256_and_si256(qv, lo4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qv, 4), lo4);
+      if constexpr (kQ5) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+        hi = _mm256_or_si256(hi,
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+        qh = _mm256_srli_epi16(qh, 2);
+      }
+      const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      const __m512i scv = _mm512_permutexvar_epi32(idx[c], sc32);
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        const __m512i xv = _mm512_loadu_si512(rp[r].x + sb * 256 + 64 * c);
+        const __m512i prod = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+        // |prod| <= 4 * 31 * 127 < 2^15 and scales are non-negative int16 in the low half.
+        isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(prod, scv));
+      }
+    }
+    const float d = HalfToFloat(hdr.d), dmin = HalfToFloat(hdr.dmin);
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      const float dx = reinterpret_cast<const float*>(rp[r].x + x.scale_offset())[sb];
+      const __m256i bs =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[r].x + x.sums_offset() + sb * 32));
+      const int32_t msum = ReduceAdd256(_mm256_madd_epi16(bs, m16));
+      acc[r] = Fma(static_cast<float>(_mm512_reduce_add_epi32(isum[r])), d * dx, acc[r]);
+      acc[r] = Fnma(static_cast<float>(msum), dmin * dx, acc[r]);
+    }
+  }
+  CW_UNROLL for (int r = 0; r < R; ++r) out[r] = acc[r];
+}
+
+template <int R>
+CW_VNNI void Q6KDot(const BlockQ6_K* blocks, int64_t nsb, const RowPtrs* rp, const Activations& x,
+                    float* out) {
+  float acc[R];
+  CW_UNROLL for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  const __m512i idx[4] = {
+      _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+      _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+      _mm512_set_epi32(11, 11, 11, 11, 10, 10, 10, 10, 9, 9, 9, 9, 8, 8, 8, 8),
+      _mm512_set_epi32(15, 15, 15, 15, 14, 14, 14, 14, 13, 13, 13, 13, 12, 12, 12, 12)};
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  // Per 16-bit lane shift counts: quarter 0/1 take qh bits 0-1/2-3 (<< 4/2), 2/3 take 4-5/6-7.
+  const __m512i shl_a = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shr_b = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const BlockQ6_K& blk = blocks[sb];
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+    // madd_epi16 multiplies the low int16 of each lane: zero the high half (scales are signed).
+    const __m512i sc32 = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), low16);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    __m512i isum[R];
+    CW_UNROLL for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+    CW_UNROLL for (int h = 0; h < 2; ++h) {
+      const __m512i qlv = _mm512_loadu_si512(blk.ql + 64 * h);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+      const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
+      const __m512i wa = _mm512_or_si512(_mm512_and_si512(qlv, lo4),
+                                         _mm512_and_si512(_mm512_sllv_epi16(qh2, shl_a), m30));
+      const __m512i wb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qlv, 4), lo4),
+                                         _mm512_and_si512(_mm512_srlv_epi16(qh2, shr_b), m30));
+      const __m512i sca = _mm512_permutexvar_epi32(idx[2 * h], sc32);
+      const __m512i scb = _mm512_permutexvar_epi32(idx[2 * h + 1], sc32);
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        const int8_t* xq = reinterpret_cast<const int8_t*>(rp[r].x) + sb * 256 + 128 * h;
+        const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_loadu_si512(xq));
+        const __m512i pb =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(xq + 64));
+        isum[r] = _mm512_add_epi32(
+            isum[r], _mm512_add_epi32(_mm512_madd_epi16(pa, sca), _mm512_madd_epi16(pb, scb)));
+      }
+    }
+    const float d = HalfToFloat(blk.d);
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      const float dx = reinterpret_cast<const float*>(rp[r].x + x.scale_offset())[sb];
+      const __m256i bs =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rp[r].x + x.sums_offset() + sb * 32));
+      // The stored quants are q + 32: subtract 32 * sum_s scale_s * bsum_s.
+      const int32_t corr = ReduceAdd256(_mm256_madd_epi16(bs, sc16));
+      const int32_t total = _mm512_reduce_add_epi32(isum[r]) - corr * 32;
+      acc[r] = Fma(static_cast<float>(total), d * dx, acc[r]);
+    }
+  }
+  CW_UNROLL for (int r = 0; r < R; ++r) out[r] = acc[r];
+}
+
+template <int R>
+CW_VNNI void KQuantRows(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
+  RowPtrs rp[R];
+  CW_UNROLL for (int r = 0; r < R; ++r) rp[r] = RowAt(rows, r);
+  const int64_t nsb = w.n_in / 256;
+  float out[R];
+  for (int64_t o = o0; o < o1; ++o) {
+    const auto* wrow = static_cast<const uint8_t*>(w.data) + o * w.row_bytes;
+    if (w.type == GgmlType::kQ4_K) {
+      Q45KDot<R, false>(wrow, nsb, rp, *rows.x, out);
+    } else if (w.type == GgmlType::kQ5_K) {
+      Q45KDot<R, true>(wrow, nsb, rp, *rows.x, out);
+    } else {
+      Q6KDot<R>(reinterpret_cast<const BlockQ6_K*>(wrow), nsb, rp, *rows.x, out);
+    }
+    CW_UNROLL for (int r = 0; r < R; ++r) rp[r].y[o] = out[r];
+  }
+}
+
+// ---- Many activation rows: repacked tiles.
+
 constexpr int kRows = 16;     // weight rows per tile: one zmm lane each
 constexpr int kChunkSb = 8;   // super-blocks (256 columns) per repacked chunk: 2048 columns
 constexpr int kMaxTileR = 4;  // activation rows per register tile
@@ -33,14 +183,20 @@ struct alignas(64) PackedQ4K {
   float dmin[kChunkSb][kRows];
 };
 
-CW_VNNI void PackQ4K(const uint8_t* w0, size_t rb, int nv, int64_t sb0, int nsb, PackedQ4K* p) {
+// Repacks super-blocks [sb0, sb0 + nsb) of 16 Q4_K (kQ5 = false) or Q5_K weight rows (rows
+// past nv repeat the last valid row; their results are masked off). Q5_K quants get their 5th
+// bit here, so the kernel below serves both.
+template <bool kQ5>
+CW_VNNI void PackQ45K(const uint8_t* w0, size_t rb, int nv, int64_t sb0, int nsb, PackedQ4K* p) {
+  constexpr size_t kBlock = kQ5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  constexpr size_t kQs = kQ5 ? offsetof(BlockQ5_K, qs) : offsetof(BlockQ4_K, qs);
   const uint8_t* rows[kRows];
   for (int i = 0; i < kRows; ++i) rows[i] = w0 + static_cast<size_t>(i < nv ? i : nv - 1) * rb;
-  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
   for (int s = 0; s < nsb; ++s) {
-    const size_t off = static_cast<size_t>(sb0 + s) * sizeof(BlockQ4_K);
+    const size_t off = static_cast<size_t>(sb0 + s) * kBlock;
     for (int r = 0; r < kRows; ++r) {
-      const auto* blk = reinterpret_cast<const BlockQ4_K*>(rows[r] + off);
+      const auto* blk = reinterpret_cast<const BlockQ4_K*>(rows[r] + off);  // same header in Q5_K
       uint32_t u[4];
       UnpackQ4KScales(blk->scales, u);
       const auto* b = reinterpret_cast<const uint8_t*>(u);  // 8 scales, then 8 mins
@@ -49,18 +205,36 @@ CW_VNNI void PackQ4K(const uint8_t* w0, size_t rb, int nv, int64_t sb0, int nsb,
       p->d[s][r] = _cvtsh_ss(blk->d);
       p->dmin[s][r] = _cvtsh_ss(blk->dmin);
     }
+    // Q5_K: qh dwords t of each half, transposed like the quants (lane = weight row).
+    __m512i H[2][4];
+    if constexpr (kQ5) {
+      for (int half = 0; half < 2; ++half) {
+        __m512i A[4];
+        const size_t hoff = off + offsetof(BlockQ5_K, qh) + 16 * half;
+        CW_UNROLL for (int j = 0; j < 4; ++j) A[j] = Load4x128(rows, j, hoff);
+        Transpose4(A, H[half]);
+      }
+    }
     // Chunk c (64 columns) comes from qs[32c .. 32c+32): low nibbles are columns 0..31, high
     // nibbles 32..63, so dword t of the chunk's bytes feeds groups 16c + t and 16c + 8 + t.
     for (int c = 0; c < 4; ++c) {
       for (int half = 0; half < 2; ++half) {
         __m512i A[4], G[4];
-        const size_t qoff = off + offsetof(BlockQ4_K, qs) + 32 * c + 16 * half;
+        const size_t qoff = off + kQs + 32 * c + 16 * half;
         CW_UNROLL for (int j = 0; j < 4; ++j) A[j] = Load4x128(rows, j, qoff);
         Transpose4(A, G);
         CW_UNROLL for (int t = 0; t < 4; ++t) {
           const int g = 16 * c + 4 * half + t;
-          _mm512_store_si512(p->q[s][g], _mm512_and_si512(G[t], lo4));
-          _mm512_store_si512(p->q[s][g + 8], _mm512_and_si512(_mm512_srli_epi16(G[t], 4), lo4));
+          __m512i lo = _mm512_and_si512(G[t], lo4);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(G[t], 4), lo4);
+          if constexpr (kQ5) {
+            const __m512i h = _mm512_srl_epi16(H[half][t], _mm_cvtsi32_si128(2 * c));
+            lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(h, one), 4));
+            hi = _mm512_or_si512(
+                hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 1), one), 4));
+          }
+          _mm512_store_si512(p->q[s][g], lo);
+          _mm512_store_si512(p->q[s][g + 8], hi);
         }
       }
     }
@@ -261,7 +435,11 @@ CW_VNNI void PackedKTile(const Matrix& w, const JobRows& rows, int64_t o0, int64
     for (int64_t sb0 = 0; sb0 < nsb_all; sb0 += kChunkSb) {
       const int nsb = static_cast<int>(std::min<int64_t>(kChunkSb, nsb_all - sb0));
       if constexpr (std::is_same_v<Packed, PackedQ4K>) {
-        PackQ4K(base + ot * w.row_bytes, w.row_bytes, nv, sb0, nsb, &p);
+        if (w.type == GgmlType::kQ5_K) {
+          PackQ45K<true>(base + ot * w.row_bytes, w.row_bytes, nv, sb0, nsb, &p);
+        } else {
+          PackQ45K<false>(base + ot * w.row_bytes, w.row_bytes, nv, sb0, nsb, &p);
+        }
       } else {
         PackQ6K(base + ot * w.row_bytes, w.row_bytes, nv, sb0, nsb, &p);
       }
@@ -290,8 +468,21 @@ CW_VNNI void PackedKTile(const Matrix& w, const JobRows& rows, int64_t o0, int64
 }  // namespace
 
 CW_VNNI void KQuantPackedTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
-  if (w.type == GgmlType::kQ4_K) return PackedKTile<PackedQ4K>(w, rows, o0, o1);
-  PackedKTile<PackedQ6K>(w, rows, o0, o1);
+  if (w.type == GgmlType::kQ6_K) return PackedKTile<PackedQ6K>(w, rows, o0, o1);
+  PackedKTile<PackedQ4K>(w, rows, o0, o1);  // Q4_K and Q5_K
+}
+
+CW_VNNI void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
+  switch (rows.n_rows) {
+    case 1:
+      return KQuantRows<1>(w, rows, o0, o1);
+    case 2:
+      return KQuantRows<2>(w, rows, o0, o1);
+    case 3:
+      return KQuantRows<3>(w, rows, o0, o1);
+    default:
+      return KQuantPackedTile(w, rows, o0, o1);
+  }
 }
 
 }  // namespace crossword::kernels::vnni

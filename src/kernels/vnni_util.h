@@ -63,6 +63,33 @@ CW_VNNI inline __m512i Load4x128(const uint8_t* const* rows, int j, size_t off) 
   return v;
 }
 
+// 16x16 float transpose: in + 16 i (row i, 16 floats, 64-byte aligned) -> out[k] lane i = in[16 i +
+// k].
+CW_VNNI inline void Transpose16(const float* in, __m512 out[16]) {
+  __m512 t[16], u[16];
+  for (int a = 0; a < 8; ++a) {
+    const __m512 r0 = _mm512_load_ps(in + 32 * a), r1 = _mm512_load_ps(in + 32 * a + 16);
+    t[2 * a] = _mm512_unpacklo_ps(r0, r1);      // 128-bit lane L: cols 4L, 4L+1 of rows 2a, 2a+1
+    t[2 * a + 1] = _mm512_unpackhi_ps(r0, r1);  // cols 4L+2, 4L+3
+  }
+  for (int b = 0; b < 4; ++b) {  // u[4b + c] lane L: column 4L + c of rows 4b .. 4b+3
+    u[4 * b + 0] = _mm512_shuffle_ps(t[4 * b], t[4 * b + 2], 0x44);
+    u[4 * b + 1] = _mm512_shuffle_ps(t[4 * b], t[4 * b + 2], 0xEE);
+    u[4 * b + 2] = _mm512_shuffle_ps(t[4 * b + 1], t[4 * b + 3], 0x44);
+    u[4 * b + 3] = _mm512_shuffle_ps(t[4 * b + 1], t[4 * b + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], _MM_SHUFFLE(3, 1, 3, 1));
+    out[c] = _mm512_shuffle_f32x4(v0, w0, _MM_SHUFFLE(2, 0, 2, 0));
+    out[8 + c] = _mm512_shuffle_f32x4(v0, w0, _MM_SHUFFLE(3, 1, 3, 1));
+    out[4 + c] = _mm512_shuffle_f32x4(v1, w1, _MM_SHUFFLE(2, 0, 2, 0));
+    out[12 + c] = _mm512_shuffle_f32x4(v1, w1, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
 // Unpacks the 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K block.
 inline void UnpackQ4KScales(const uint8_t* packed, uint32_t out[4]) {
   uint32_t u[3];

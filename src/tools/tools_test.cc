@@ -3,10 +3,12 @@
 // validity and the full-size plan against the official file size.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -26,7 +28,14 @@
 namespace crossword::tools {
 namespace {
 
-std::string Dir() { return ::testing::TempDir(); }
+// One folder per test process: ctest runs the tests of this file as parallel processes, and the
+// cleanup below must only remove this process's files.
+std::string Dir() {
+  const std::string d =
+      ::testing::TempDir() + "/crossword_tools_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(d);
+  return d;
+}
 
 // Removes the files the tests wrote (tiny models, a few MB each) when the test ends.
 class Cleanup : public ::testing::EmptyTestEventListener {
@@ -331,5 +340,8 @@ TEST(Synth, RejectsBadOptions) {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::UnitTest::GetInstance()->listeners().Append(new crossword::tools::Cleanup);
-  return RUN_ALL_TESTS();
+  const int rc = RUN_ALL_TESTS();
+  std::error_code ec;
+  std::filesystem::remove_all(crossword::tools::Dir(), ec);
+  return rc;
 }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 5's pass costs: on the 4-layer real-width Q4_0 synth file, the time of one 32-slot denoise
+# pass and of one 32-token verify pass relative to one AR decode step (2 threads), and the cost of
+# a GDN rollback (SequenceState::RollbackTo, replaying the kept tokens). Not part of make test.
+# Usage: bench/pass_costs.sh [BUILD_DIR]   env: TYPE=Q4_0 CTX=512 BLOCK=32 REPS=7 THREADS=2
+set -euo pipefail
+build=${1:-build}
+build=$(cd "$build" && pwd)
+type=${TYPE:-Q4_0}
+ctx=${CTX:-512}
+block=${BLOCK:-32}
+reps=${REPS:-7}
+threads=${THREADS:-2}
+cw="$build/src/cli/crossword"
+cmake --build "$build" --target crossword -j2 >/dev/null
+model="$build/bench-cache/models/synth4-$type-qwen35moe.gguf"
+mkdir -p "$(dirname "$model")"
+if [[ ! -f $model ]]; then
+  echo "pass_costs: writing $model (a few minutes)"
+  "$cw" gguf synth --preset clover-35b-a3b --layers 4 --type "$type" --arch qwen35moe --layout upstream \
+    --threads "$threads" -o "$model" >/dev/null
+fi
+echo "pass_costs: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# -p sets the committed context the passes run at (and times that prompt too); medians of REPS.
+"$cw" bench -m "$model" -p "$ctx" -n 0 -t "$threads" -r "$reps" --warmup 1 --passes --block "$block" \
+  --log-level warn

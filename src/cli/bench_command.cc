@@ -1,0 +1,374 @@
+// `crossword bench`: llama-bench-like speed figures (prompt processing ppN, generation tgN, medians
+// of repetitions), weight bytes streamed per generated token with GB/s next to the machine's read
+// bandwidth, and (--passes) the cost of diffusion / speculative passes relative to one AR step.
+#include "cli/bench_command.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "cli/common.h"
+#include "kernels/kernels.h"
+
+namespace crossword::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchFlags {
+  ModelFlags model;
+  int64_t n_prompt = 512;
+  int64_t n_gen = 128;
+  int reps = 5;
+  int warmup = 1;
+  bool passes = false;
+  int block = 32;
+  std::string output = "md";
+};
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  if (!(in >> a >> b >> c)) return "unknown";
+  return a + " " + b + " " + c;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+size_t MatrixBytes(const kernels::Matrix& m) {
+  return m.data ? static_cast<size_t>(m.n_out) * m.row_bytes : 0;
+}
+
+// Weight bytes one generated token reads: every dense matrix, n_expert_used routed experts per
+// layer, the output head and one embedding row (small vectors are copies made at load time).
+size_t WeightBytesPerToken(const model::Model& m) {
+  const model::Weights& w = m.weights();
+  size_t total = MatrixBytes(w.output) + w.token_embd_row_bytes;
+  for (const model::LayerWeights& L : w.layers) {
+    for (const kernels::Matrix* x :
+         {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.attn_qkv, &L.attn_gate, &L.ssm_beta,
+          &L.ssm_alpha, &L.ssm_out, &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp,
+          &L.ffn_down_shexp}) {
+      total += MatrixBytes(*x);
+    }
+    const size_t expert = MatrixBytes(L.ffn_gate_exps.first) + MatrixBytes(L.ffn_up_exps.first) +
+                          MatrixBytes(L.ffn_down_exps.first);
+    total += static_cast<size_t>(m.hparams().n_expert_used) * expert;
+  }
+  return total;
+}
+
+// Read bandwidth of this machine with the engine's threads: the largest tensor of the file (the
+// output head, which decoding streams every token) summed as 64-bit words; best of 5 passes.
+double ReadBandwidth(const gguf::File& file, ThreadPool& pool, size_t* bytes_read,
+                     std::string* what) {
+  const gguf::TensorInfo* big = file.FindTensor("output.weight");
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (!big || t.nbytes > big->nbytes) big = &t;
+  }
+  if (!big || big->nbytes < (64u << 20)) return 0.0;  // too small to leave the caches
+  *what = big->name;
+  const size_t words = big->nbytes / 8;
+  *bytes_read = words * 8;
+  constexpr size_t kTaskWords = size_t{1} << 19;  // 4 MiB per task
+  const int64_t n_tasks = static_cast<int64_t>((words + kTaskWords - 1) / kTaskWords);
+  std::vector<uint64_t> sink(static_cast<size_t>(pool.size()) * 8, 0);
+  double best = 0.0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = Clock::now();
+    pool.ParallelFor(n_tasks, [&](int64_t task, int thread) {
+      const auto* p = reinterpret_cast<const uint64_t*>(big->data);
+      const size_t a = static_cast<size_t>(task) * kTaskWords, b = std::min(words, a + kTaskWords);
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      size_t i = a;
+      for (; i + 4 <= b; i += 4) {
+        s0 += p[i];
+        s1 ^= p[i + 1];
+        s2 += p[i + 2];
+        s3 ^= p[i + 3];
+      }
+      for (; i < b; ++i) s0 += p[i];
+      sink[static_cast<size_t>(thread) * 8] += s0 + s1 + s2 + s3;  // one cache line per thread
+    });
+    const double s = Seconds(t0, Clock::now());
+    best = std::max(best, static_cast<double>(*bytes_read) / s / 1e9);
+  }
+  uint64_t all = 0;
+  for (uint64_t v : sink) all ^= v;
+  if (all == 0x5eed) std::fputc(' ', stderr);  // keeps the sums observable
+  return best;
+}
+
+// One known-answer question for trained files (random-weight synth files have no right answer).
+void SanityQuestion(const engine::Engine& e) {
+  const gguf::File& file = e.model().file();
+  const auto name = file.GetString("general.name");
+  if (name && name->starts_with("crossword synth")) {
+    std::printf(
+        "sanity: skipped: '%s' is a crossword synth file (random weights, no known answer)\n",
+        std::string(*name).c_str());
+    return;
+  }
+  std::string question, answer;
+  if (auto src = file.GetString("crossword.selfcheck")) {
+    const nlohmann::json j = nlohmann::json::parse(*src, nullptr, /*allow_exceptions=*/false);
+    if (j.is_array() && !j.empty() && j[0].contains("question") && j[0].contains("answer")) {
+      question = j[0]["question"].get<std::string>();
+      answer = j[0]["answer"].get<std::string>();
+    }
+  } else if (e.model().hparams().n_vocab >= 248000) {  // the Qwen3.5 vocabulary (clover-facts.md)
+    question = "What is the capital of Australia? One word.";
+    answer = "Canberra";
+  }
+  if (question.empty()) {
+    std::printf(
+        "sanity: not checked: no known-answer question for this file (no crossword.selfcheck key "
+        "and not "
+        "a full-vocabulary Clover file)\n");
+    return;
+  }
+  decode::DecodeParams params = e.DefaultDecodeParams();
+  params.mode = decode::Mode::kAr;
+  params.max_tokens = 48;
+  std::vector<int32_t> prompt;
+  if (e.chat_template()) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    messages.push_back({{"role", "user"}, {"content", question}});
+    auto cp = e.EncodeChat(messages, nlohmann::ordered_json::array(), {{"enable_thinking", false}});
+    prompt = std::move(cp.tokens);
+    params.think_open = cp.think_open;
+  } else {
+    prompt = e.tokenizer().Encode(question, /*parse_special=*/false);
+  }
+  auto state = e.NewState(static_cast<int64_t>(prompt.size()) + params.max_tokens + 8);
+  decode::Generation gen = engine::RunGeneration(e, *state, prompt, params, nullptr);
+  const std::string text = e.tokenizer().Decode(gen.output(), false);
+  if (Lower(text).find(Lower(answer)) == std::string::npos) {
+    Fail(
+        "sanity question failed: '{}' was answered '{}' (expected '{}'); this file or build "
+        "computes wrong "
+        "results, so its speed figures mean nothing",
+        question, text, answer);
+  }
+  std::printf("sanity: ok: '%s' -> contains '%s'\n", question.c_str(), answer.c_str());
+}
+
+struct Row {
+  std::string test;
+  std::vector<double> values;  // tokens/s (pp, tg) or milliseconds (passes)
+  std::string unit;
+  std::string extra;
+};
+
+std::string Backend() {
+  return kernels::CurrentTargetName();
+}
+
+void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>& rows) {
+  const gguf::File& file = e.model().file();
+  int64_t params = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) params += t.n_elements();
+  std::string name = f.model.model.empty() ? e.model_name() : f.model.model;
+  if (const size_t slash = name.rfind('/'); slash != std::string::npos)
+    name = name.substr(slash + 1);
+  if (f.output == "json") {
+    for (const Row& r : rows) {
+      nlohmann::ordered_json j = {
+          {"model", name},   {"threads", e.pool().size()}, {"test", r.test},
+          {"unit", r.unit},  {"median", Median(r.values)}, {"samples", r.values},
+          {"extra", r.extra}};
+      std::printf("%s\n", j.dump().c_str());
+    }
+    return;
+  }
+  std::printf("| model | size | params | backend | threads | test | median | min | max | |\n");
+  std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
+  for (const Row& r : rows) {
+    const auto [lo, hi] = std::minmax_element(r.values.begin(), r.values.end());
+    std::printf("| %s | %.2f GiB | %.2f B | CPU %s | %d | %s | %.2f %s | %.2f | %.2f | %s |\n",
+                name.c_str(), static_cast<double>(file.file_size()) / (1 << 30),
+                static_cast<double>(params) / 1e9, Backend().c_str(), e.pool().size(),
+                r.test.c_str(), Median(r.values), r.unit.c_str(), *lo, *hi, r.extra.c_str());
+  }
+}
+
+void RunBench(const BenchFlags& f) {
+  if (f.n_prompt < 0 || f.n_gen < 0 || f.reps < 1 || f.warmup < 0 || f.block < 2) {
+    Fail("bench: need -p >= 0, -n >= 0, -r >= 1, --warmup >= 0, --block >= 2");
+  }
+  std::printf("load average before: %s\n", LoadAverage().c_str());
+  auto engine = engine::Engine::Load(f.model.ToEngineOptions());
+  const model::Model& m = engine->model();
+  ThreadPool& pool = engine->pool();
+  std::printf("load: %.2f s (%s, %s)\n", engine->load_seconds(), engine->model_name().c_str(),
+              f.model.no_mmap ? "read into RAM" : "mmap");
+  SanityQuestion(*engine);
+
+  const int64_t n_vocab = m.hparams().n_vocab;
+  std::mt19937 rng(1234);
+  std::vector<int32_t> prompt(static_cast<size_t>(std::max<int64_t>(f.n_prompt, 1)));
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+  std::vector<int32_t> block(static_cast<size_t>(f.block));
+  for (int32_t& t : block) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+
+  model::ContextOptions co;
+  co.max_tokens = std::max<int64_t>({f.n_prompt, f.block, 1});
+  co.max_logit_rows = f.block;
+  model::ForwardContext ctx(m, co);
+  model::StateOptions so;
+  so.n_ctx = std::max(f.n_prompt, f.n_gen) + f.block + 8;
+  so.kv_type = f.model.KvType();
+  so.max_record_tokens = f.block;
+  auto st = m.NewState(so);
+
+  auto pp = [&] {
+    st->Reset();
+    model::SequenceInput in{st.get(), prompt, model::PassKind::kCausal, model::LogitRows::kLast};
+    const auto t0 = Clock::now();
+    m.Forward({&in, 1}, ctx, pool);
+    return static_cast<double>(f.n_prompt) / Seconds(t0, Clock::now());
+  };
+  auto tg = [&] {
+    st->Reset();
+    int32_t tok = prompt[0];
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < f.n_gen; ++i) {
+      model::SequenceInput in{
+          st.get(), {&tok, 1}, model::PassKind::kCausal, model::LogitRows::kLast};
+      m.Forward({&in, 1}, ctx, pool);
+      const auto logits = ctx.logits(0);
+      tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+    return static_cast<double>(f.n_gen) / Seconds(t0, Clock::now());
+  };
+
+  std::vector<Row> rows;
+  Row rpp{"pp" + std::to_string(f.n_prompt), {}, "t/s", ""};
+  Row rtg{"tg" + std::to_string(f.n_gen), {}, "t/s", ""};
+  for (int i = 0; i < f.warmup; ++i) {
+    if (f.n_prompt > 0) pp();
+    if (f.n_gen > 0) tg();
+  }
+  for (int i = 0; i < f.reps; ++i) {  // pp and tg interleaved, as load changes over time
+    if (f.n_prompt > 0) rpp.values.push_back(pp());
+    if (f.n_gen > 0) rtg.values.push_back(tg());
+  }
+  const size_t bytes = WeightBytesPerToken(m);
+  size_t bw_bytes = 0;
+  std::string bw_tensor;
+  const double bw = ReadBandwidth(m.file(), pool, &bw_bytes, &bw_tensor);
+  if (f.n_gen > 0) {
+    rtg.extra =
+        fmt::format("{:.1f} GB/s of weights ({:.3f} GB/token); machine read bandwidth {:.1f} GB/s",
+                    static_cast<double>(bytes) * Median(rtg.values) / 1e9,
+                    static_cast<double>(bytes) / 1e9, bw);
+  }
+  if (f.n_prompt > 0) rows.push_back(rpp);
+  if (f.n_gen > 0) rows.push_back(rtg);
+
+  if (f.passes) {
+    // Pass costs at a context of n_prompt tokens; the committed state is restored before each.
+    model::StateSnapshot snap;
+    st->Reset();
+    {
+      model::SequenceInput in{st.get(), prompt, model::PassKind::kCausal, model::LogitRows::kNone};
+      if (f.n_prompt > 0) m.Forward({&in, 1}, ctx, pool);
+    }
+    st->SaveSnapshot(snap);
+    const std::string b = std::to_string(f.block);
+    Row ar{"ar step", {}, "ms", ""}, den{"denoise" + b, {}, "ms", ""},
+        ver{"verify" + b, {}, "ms", ""};
+    std::vector<int64_t> keeps = {1, f.block / 2, f.block - 1};  // replays keep tokens
+    std::vector<Row> rb;
+    for (int64_t k : keeps) rb.push_back({"rollback keep " + std::to_string(k), {}, "ms", ""});
+    auto time_pass = [&](std::span<const int32_t> tokens, model::PassKind kind,
+                         model::LogitRows logits, bool record) {
+      st->Restore(snap);
+      model::SequenceInput in{st.get(), tokens, kind, logits, record};
+      const auto t0 = Clock::now();
+      m.Forward({&in, 1}, ctx, pool);
+      return 1e3 * Seconds(t0, Clock::now());
+    };
+    for (int i = 0; i < f.warmup + f.reps; ++i) {
+      const bool keep = i >= f.warmup;
+      const double a =
+          time_pass({block.data(), 1}, model::PassKind::kCausal, model::LogitRows::kLast, false);
+      const double d = time_pass(block, model::PassKind::kDenoise, model::LogitRows::kAll, false);
+      const double v = time_pass(block, model::PassKind::kCausal, model::LogitRows::kAll, true);
+      if (keep) {
+        ar.values.push_back(a);
+        den.values.push_back(d);
+        ver.values.push_back(v);
+      }
+      for (size_t j = 0; j < keeps.size(); ++j) {
+        time_pass(block, model::PassKind::kCausal, model::LogitRows::kAll, true);
+        const auto t0 = Clock::now();
+        st->RollbackTo(keeps[j], pool);
+        if (keep) rb[j].values.push_back(1e3 * Seconds(t0, Clock::now()));
+      }
+    }
+    const double a = Median(ar.values);
+    den.extra = fmt::format("{:.2f} x AR step", Median(den.values) / a);
+    ver.extra = fmt::format("{:.2f} x AR step", Median(ver.values) / a);
+    for (Row& r : rb) r.extra = fmt::format("{:.3f} x AR step", Median(r.values) / a);
+    ar.extra = fmt::format("at {} tokens of context", f.n_prompt);
+    rows.push_back(ar);
+    rows.push_back(den);
+    rows.push_back(ver);
+    for (Row& r : rb) rows.push_back(r);
+  }
+  Print(f, *engine, rows);
+  if (!bw_tensor.empty()) {
+    std::printf("machine read bandwidth: %.1f GB/s (%d threads, best of 5 reads of %s, %.2f GB)\n",
+                bw, pool.size(), bw_tensor.c_str(), static_cast<double>(bw_bytes) / 1e9);
+  }
+  std::printf("load average after: %s\n", LoadAverage().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void RegisterBenchCommand(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "measure prompt processing and generation speed (llama-bench style), optionally pass costs");
+  flags->model.Add(cmd, /*model_required=*/false);
+  cmd->add_option("-p,--n-prompt", flags->n_prompt, "prompt tokens of the pp test (0: skip)")
+      ->capture_default_str();
+  cmd->add_option("-n,--n-gen", flags->n_gen, "generated tokens of the tg test (0: skip)")
+      ->capture_default_str();
+  cmd->add_option("-r,--repetitions", flags->reps, "measured repetitions (the median is reported)")
+      ->capture_default_str();
+  cmd->add_option("--warmup", flags->warmup, "unmeasured warm-up runs")->capture_default_str();
+  cmd->add_flag("--passes", flags->passes,
+                "also time an AR step, a denoise pass and a verify pass of --block tokens, and GDN "
+                "rollbacks");
+  cmd->add_option("--block", flags->block, "block / draft length of --passes")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", flags->output, "md (table) or json (one object per line)")
+      ->check(CLI::IsMember({"md", "json"}))
+      ->capture_default_str();
+  cmd->callback([flags] { RunBench(*flags); });
+}
+
+}  // namespace crossword::cli
