@@ -277,10 +277,10 @@ void RunBench(const BenchFlags& f) {
   std::string bw_tensor;
   const double bw = ReadBandwidth(m.file(), pool, &bw_bytes, &bw_tensor);
   if (f.n_gen > 0) {
-    rtg.extra =
-        fmt::format("{:.1f} GB/s of weights ({:.3f} GB/token); machine read bandwidth {:.1f} GB/s",
-                    static_cast<double>(bytes) * Median(rtg.values) / 1e9,
-                    static_cast<double>(bytes) / 1e9, bw);
+    rtg.extra = fmt::format("{:.1f} GB/s of weights ({:.3f} GB/token); machine read bandwidth {}",
+                            static_cast<double>(bytes) * Median(rtg.values) / 1e9,
+                            static_cast<double>(bytes) / 1e9,
+                            bw > 0 ? fmt::format("{:.1f} GB/s", bw) : "n/a (file under 64 MiB)");
   }
   if (f.n_prompt > 0) rows.push_back(rpp);
   if (f.n_gen > 0) rows.push_back(rtg);

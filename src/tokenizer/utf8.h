@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/utf8.h"
+
 namespace crossword::tokenizer {
 
 /// Result of decoding one UTF-8 sequence at the start of a byte range.
@@ -26,7 +28,7 @@ struct Utf8Step {
 Utf8Step DecodeUtf8(const char* p, size_t n);
 
 /// Appends the UTF-8 encoding of `cp` (must be <= U+10FFFF and not a surrogate).
-void AppendUtf8(char32_t cp, std::string& out);
+using crossword::AppendUtf8;
 
 /// Appends `bytes` to `out`, replacing each maximal ill-formed subpart (and a trailing
 /// incomplete sequence) by U+FFFD: the same output as Rust's String::from_utf8_lossy.
