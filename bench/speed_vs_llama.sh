@@ -69,6 +69,8 @@ for t in types:
     cw = {"pp": [], "tg": []}; lb = {"pp": [], "tg": []}; extra = []
     for i in range(1, reps + 1):
         for line in open(os.path.join(out, f"cw-{t}-{i}.jsonl")):
+            if not line.startswith("{"):  # load / sanity / bandwidth lines
+                continue
             j = json.loads(line)
             key = "pp" if j["test"].startswith("pp") else "tg"
             cw[key].append(j["median"])

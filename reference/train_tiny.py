@@ -1,6 +1,6 @@
 """Trains the tiny tri-mode Clover model (AR + block diffusion jointly) on this machine's CPU and
 exports it to GGUF in Clover's official layout. Fixed seed; progress and losses are printed.
-Usage: train_tiny.py --corpus DIR --out models/clover-tiny.gguf [--epochs 10] [--threads 2]
+Usage: train_tiny.py --corpus DIR --out models/clover-tiny.gguf [--epochs 6] [--threads 2]
 (`make train-tiny` runs corpus -> BPE -> this -> evaluation.)
 """
 
@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
 import export  # noqa: E402
 import gguf  # noqa: E402
+import model  # noqa: E402
 import tiny_corpus  # noqa: E402
 from gguf import GgmlType  # noqa: E402
 from model import HParams  # noqa: E402
@@ -204,7 +205,7 @@ def main():
                     help="wall-clock budget; with --epochs 0 the schedule is sized from the speed measured "
                          "over the first 50 steps (0: no budget)")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: budget only)")
-    ap.add_argument("--epochs", type=float, default=10, help="schedule length in epochs over the chat data")
+    ap.add_argument("--epochs", type=float, default=6, help="schedule length in epochs over the chat data")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -213,6 +214,7 @@ def main():
     ap.add_argument("--diff-weight", type=float, default=1.0)
     ap.add_argument("--prompt-weight", type=float, default=0.0, help="AR loss weight of chat prompt tokens")
     ap.add_argument("--type", default="Q8_0", choices=["Q8_0", "F16", "F32"])
+    ap.add_argument("--init", help="start from this GGUF's weights (a second, fine-tuning stage)")
     ap.add_argument("--checkpoint", help="save training state here after every epoch; resume from it")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -225,7 +227,16 @@ def main():
     hp = tiny_config(vocab)
     pad_id = tok.token_id("<|endoftext|>")
     chats, texts = load_examples(a.corpus, tok, hp.block_size, a.prompt_weight, 256)
-    net = TrainNet(hp, init_weights(hp, a.seed))
+    weights = init_weights(hp, a.seed)
+    if a.init:
+        # Fine-tuning stage: start from an exported model (its Q8_0 rounding included).
+        loaded = model.Model.load(a.init, dtype=torch.float32).w
+        missing = [k for k in weights if k not in loaded]
+        if missing:
+            raise SystemExit(f"train: {a.init} lacks {missing[:3]}... (not a tiny model of this config)")
+        weights = {k: loaded[k].float().reshape(v.shape).clone() for k, v in weights.items()}
+        print(f"train: starting from the weights of {a.init}", flush=True)
+    net = TrainNet(hp, weights)
     n_params = sum(p.numel() for p in net.parameters())
     print(f"train: {n_params / 1e6:.2f}M parameters, {len(chats)} chats, {len(texts)} text pieces, "
           f"vocab {hp.n_vocab}, threads {a.threads}", flush=True)

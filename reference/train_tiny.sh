@@ -17,3 +17,14 @@ $py "$root/reference/train_tiny.py" --corpus "$work" --out "$root/models/clover-
 rm -f "$work/checkpoint.pt"  # a finished run leaves nothing to resume
 $py "$root/reference/eval_tiny.py" --model "$root/models/clover-tiny.gguf" --heldout "$work/heldout.jsonl" \
   --json "$work/eval.json" 2>&1 | tee "$work/eval.log"
+# The same evaluation with the C++ engine (it also picks the self-check questions), then the
+# self-check questions, the held-out copy and the golden answers the tests compare against.
+cmake --build "$build" --target crossword >/dev/null
+$py "$root/reference/eval_engine.py" --crossword "$build/src/cli/crossword" --model "$root/models/clover-tiny.gguf" \
+  --heldout "$work/heldout.jsonl" --json "$work/eval_engine.json" 2>&1 | tee "$work/eval_engine.log"
+$py "$root/reference/tiny_selfcheck.py" --model "$root/models/clover-tiny.gguf" --heldout "$work/heldout.jsonl" \
+  --eval "$work/eval_engine.json"
+cp "$work/heldout.jsonl" "$root/tests/golden/clover_tiny_heldout.jsonl"
+$py "$root/reference/tiny_golden.py" --model "$root/models/clover-tiny.gguf" --heldout "$work/heldout.jsonl" --write
+echo "train_tiny: reconfigure and rebuild ($build) to embed the new model, then write the engine's golden"
+echo "answers: CROSSWORD_WRITE_GOLDEN=1 $build/tests/tiny/tiny_model_test --gtest_filter='*Committed*'"

@@ -61,6 +61,8 @@ void RunCheck(const CheckFlags& f) {
     decode::DecodeParams params = engine->DefaultDecodeParams();
     params.mode = decode::ParseMode(mode_name);
     params.max_tokens = f.n_predict;
+    // Plain greedy decoding: the answer then depends on the logits alone (no penalties).
+    params.sampling = decode::SamplingParams{};
     int right = 0;
     for (const Question& q : qs) {
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();

@@ -55,7 +55,9 @@ json TimingsJson(const Exchange& ex, decode::Mode mode) {
       {"queue_ms", t.queue_s * 1e3},
       {"mode", decode::ModeName(mode)},
       {"forward_passes", o.stats.forward_passes()},
-      {"tokens_per_pass", o.stats.tokens_per_pass()}};
+      {"tokens_per_pass", o.stats.tokens_per_pass()},
+      {"rounds", o.stats.rounds},
+      {"mean_accepted", o.stats.mean_accepted()}};
 }
 
 std::string FinishReasonText(const Exchange& ex, int n_calls) {
