@@ -303,7 +303,7 @@ void RunBench(const BenchFlags& f) {
     auto time_pass = [&](std::span<const int32_t> tokens, model::PassKind kind,
                          model::LogitRows logits, bool record) {
       st->Restore(snap);
-      // Renewed each time: a snapshot survives only the last 32 KV rewrites (SequenceState).
+      // Renewed each time: a snapshot survives only the last 4096 KV rewrites (SequenceState).
       st->SaveSnapshot(snap);
       model::SequenceInput in{st.get(), tokens, kind, logits, record};
       const auto t0 = Clock::now();

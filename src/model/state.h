@@ -108,7 +108,9 @@ class SequenceState {
   std::vector<float> gdn_;
   // Snapshot validity: every rewrite of KV rows below the high-water mark bumps generation_
   // and logs the position; a snapshot at n is valid while no rewrite since touched rows < n.
-  static constexpr int kRewriteLog = 32;
+  // 4096: decoding after a restored checkpoint rewrites one row per token, and a multi-turn chat
+  // must keep its earlier checkpoints across an answer of a few thousand tokens (32 KiB per state).
+  static constexpr int kRewriteLog = 4096;
   uint64_t generation_ = 1;
   int64_t high_water_ = 0;
   std::array<int64_t, kRewriteLog> rewrite_pos_{};  // indexed by generation % kRewriteLog
