@@ -246,26 +246,6 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
     return out
 
 
-def selfcheck(heldout) -> list:
-    """Known-answer questions for `crossword check` (GGUF key crossword.selfcheck): held-out
-    phrasings whose answer string cannot appear by accident (capitals, days, months, two-digit
-    results absent from the question). The check asks them with thinking off, no tools."""
-    want = [("capital", 4), ("next_day", 1), ("prev_day", 1), ("next_month", 1), ("month_num", 1),
-            ("plus", 1), ("times", 1)]
-    out = []
-    for kind, n in want:
-        for it in heldout:
-            if n == 0:
-                break
-            if it["kind"] != kind or it.get("tools"):
-                continue
-            if kind in ("plus", "times") and (len(it["expected"]) < 2 or it["expected"] in it["question"]):
-                continue
-            out.append({"question": it["question"], "answer": it["expected"]})
-            n -= 1
-    return out
-
-
 def plain_text(max_chars: int, verses_per_piece: int = 4):
     """KJV verses (public domain; `bible -f` prints one "Ge1:1 text" line per verse), grouped a few
     verses per piece, and fortunes-min sayings, as plain-text training pieces."""

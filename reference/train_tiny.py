@@ -14,16 +14,13 @@ import random
 import sys
 import time
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bpe  # noqa: E402
 import export  # noqa: E402
-import gguf  # noqa: E402
 import model  # noqa: E402
-import tiny_corpus  # noqa: E402
 from gguf import GgmlType  # noqa: E402
 from model import HParams  # noqa: E402
 from train_net import TrainNet  # noqa: E402
@@ -324,16 +321,7 @@ def main():
             "zeros because no engine uses them.")
     export.write_gguf(a.out, hp, weights, vocab_meta, "official", GgmlType[a.type], description=desc,
                       chat_template=template, name="clover-tiny")
-    add_selfcheck(a.out, os.path.join(a.corpus, "heldout.jsonl"))
     print(f"train: wrote {a.out} ({os.path.getsize(a.out)} bytes)", flush=True)
-
-
-def add_selfcheck(path: str, heldout_path: str):
-    """Stores the known-answer questions for `crossword check` in the file (crossword.selfcheck)."""
-    with open(heldout_path, encoding="utf-8") as f:
-        items = [json.loads(line) for line in f]
-    qs = json.dumps(tiny_corpus.selfcheck(items), ensure_ascii=False)
-    gguf.copy_with_metadata(path, path, {"crossword.selfcheck": (qs, gguf.ValueType.STRING)})
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 #include "core/quant.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <bit>
 #include <cmath>
@@ -344,8 +343,7 @@ std::string DriverPath() {
 std::vector<std::byte> RunDriver(const std::string& mode, const std::string& type, int64_t n,
                                  const void* input, size_t input_bytes, size_t output_bytes) {
   const std::string dir = ::testing::TempDir();
-  const std::string in = dir + "/quant_oracle_in_" + std::to_string(::getpid()) + ".bin",
-                    out = dir + "/quant_oracle_out_" + std::to_string(::getpid()) + ".bin";
+  const std::string in = dir + "/quant_oracle_in.bin", out = dir + "/quant_oracle_out.bin";
   {
     std::FILE* f = std::fopen(in.c_str(), "wb");
     EXPECT_NE(f, nullptr);

@@ -1,13 +1,12 @@
 // Decoding tests: the C++ decoder reproduces the PyTorch reference's golden runs (AR, diffusion
 // pass by pass, spec), and self-speculative decoding is bit-identical to AR decoding.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
 #include <set>
 
@@ -26,7 +25,7 @@ namespace {
 using nlohmann::json;
 
 std::string SynthTiny(const std::string& name, uint64_t seed = 1, const std::string& type = "F32") {
-  const std::string path = ::testing::TempDir() + "/dt_" + std::to_string(::getpid()) + "_" + name;
+  const std::string path = ::testing::TempDir() + "/dt_" + name;
   if (std::filesystem::exists(path)) return path;
   tools::SynthOptions o;
   o.preset = "tiny";
@@ -48,8 +47,7 @@ struct Fixture {
     lo.logger = Logger::Silent();
     model = model::Model::Load(path, lo);
   }
-  std::unique_ptr<model::SequenceState> State(int64_t n_ctx = 1024,
-                                              GgmlType kv = GgmlType::kF16) const {
+  std::unique_ptr<model::SequenceState> State(int64_t n_ctx = 1024, GgmlType kv = GgmlType::kF16) const {
     model::StateOptions so;
     so.n_ctx = n_ctx;
     so.kv_type = kv;
@@ -58,8 +56,7 @@ struct Fixture {
   }
 };
 
-DecodeParams Params(Mode mode, int block, float tau, int64_t max_tokens, std::vector<int32_t> eog,
-                    int32_t mask) {
+DecodeParams Params(Mode mode, int block, float tau, int64_t max_tokens, std::vector<int32_t> eog, int32_t mask) {
   DecodeParams p;
   p.mode = mode;
   p.block_size = block;
@@ -71,8 +68,7 @@ DecodeParams Params(Mode mode, int block, float tau, int64_t max_tokens, std::ve
 }
 
 // Runs several generations in one batch per step (as the server does).
-std::vector<std::vector<int32_t>> RunBatched(const Fixture& f,
-                                             std::vector<std::vector<int32_t>> prompts,
+std::vector<std::vector<int32_t>> RunBatched(const Fixture& f, std::vector<std::vector<int32_t>> prompts,
                                              const std::vector<DecodeParams>& params) {
   model::ContextOptions co;
   co.max_tokens = 512;
@@ -83,8 +79,7 @@ std::vector<std::vector<int32_t>> RunBatched(const Fixture& f,
   std::vector<std::unique_ptr<Generation>> gens;
   for (size_t i = 0; i < prompts.size(); ++i) {
     states.push_back(f.State());
-    gens.push_back(
-        std::make_unique<Generation>(*f.model, *states.back(), prompts[i], params[i], nullptr));
+    gens.push_back(std::make_unique<Generation>(*f.model, *states.back(), prompts[i], params[i], nullptr));
   }
   for (;;) {
     std::vector<model::SequenceInput> ins;
@@ -96,17 +91,15 @@ std::vector<std::vector<int32_t>> RunBatched(const Fixture& f,
     }
     if (ins.empty()) break;
     f.model->Forward(ins, ctx, f.pool);
-    for (size_t j = 0; j < who.size(); ++j)
-      gens[who[j]]->OnLogits(ctx.logits(static_cast<int>(j)), f.pool);
+    for (size_t j = 0; j < who.size(); ++j) gens[who[j]]->OnLogits(ctx.logits(static_cast<int>(j)), f.pool);
   }
   std::vector<std::vector<int32_t>> out;
   for (auto& g : gens) out.push_back(g->output());
   return out;
 }
 
-std::vector<int32_t> Run1(const Fixture& f, const std::vector<int32_t>& prompt,
-                          const DecodeParams& p, DecodeStats* stats = nullptr,
-                          int64_t n_ctx = 1024) {
+std::vector<int32_t> Run1(const Fixture& f, const std::vector<int32_t>& prompt, const DecodeParams& p,
+                          DecodeStats* stats = nullptr, int64_t n_ctx = 1024) {
   model::ContextOptions co;
   co.max_tokens = 256;
   co.max_logit_rows = 64;
@@ -138,9 +131,7 @@ double LogProb(std::span<const float> row, int32_t tok) {
 
 TEST(Golden, DiffusionPassesMatchTheReference) {
   const json g = Golden();
-  ASSERT_EQ(
-      g["model"]["synth"],
-      "crossword gguf synth --preset tiny --arch clover_moe --layout official --type F32 --seed 1");
+  ASSERT_EQ(g["model"]["synth"], "crossword gguf synth --preset tiny --arch clover_moe --layout official --type F32 --seed 1");
   Fixture f(SynthTiny("golden.gguf"));
   ASSERT_EQ(f.model->hparams().n_vocab, g["model"]["n_vocab"].get<int64_t>());
   const int32_t mask = g["model"]["mask_token_id"];
@@ -151,8 +142,7 @@ TEST(Golden, DiffusionPassesMatchTheReference) {
   model::ForwardContext ctx(*f.model, co);
   for (const auto& [name, run] : g["diffusion"].items()) {
     SCOPED_TRACE(name);
-    DecodeParams p =
-        Params(Mode::kDiffusion, run["block_size"], run["threshold"], run["max_tokens"], eog, mask);
+    DecodeParams p = Params(Mode::kDiffusion, run["block_size"], run["threshold"], run["max_tokens"], eog, mask);
     auto st = f.State(4096, GgmlType::kF32);  // F32 KV: compare the network, not F16 rounding
     Generation gen(*f.model, *st, run["prompt"].get<std::vector<int32_t>>(), p, nullptr);
     size_t pass = 0;
@@ -247,8 +237,7 @@ TEST_P(SpecEqualsArTyped, ManyPromptsAndLengths) {
     }
     DecodeParams sp = ar;
     sp.mode = Mode::kSpec;
-    ASSERT_EQ(Run1(f, prompt, sp), want)
-        << type << " prompt " << i << ", max_tokens " << max_tokens << ", block " << block;
+    ASSERT_EQ(Run1(f, prompt, sp), want) << type << " prompt " << i << ", max_tokens " << max_tokens << ", block " << block;
   }
   EXPECT_GT(eog_hits, n_prompts / 5);
 }
@@ -307,10 +296,8 @@ TEST(Diffusion, CommittedStateEqualsArForwardOfTheSameTokens) {
   const auto& hp = f.model->hparams();
   float d = 0;
   for (int r = 0; r < hp.n_recurrent(); ++r) {
-    for (int64_t i = 0; i < st->ssm_floats(); ++i)
-      d = std::max(d, std::fabs(st->ssm_state(r)[i] - ref->ssm_state(r)[i]));
-    for (int64_t i = 0; i < st->conv_floats(); ++i)
-      d = std::max(d, std::fabs(st->conv_state(r)[i] - ref->conv_state(r)[i]));
+    for (int64_t i = 0; i < st->ssm_floats(); ++i) d = std::max(d, std::fabs(st->ssm_state(r)[i] - ref->ssm_state(r)[i]));
+    for (int64_t i = 0; i < st->conv_floats(); ++i) d = std::max(d, std::fabs(st->conv_state(r)[i] - ref->conv_state(r)[i]));
   }
   EXPECT_LT(d, 1e-4f);
 }
@@ -336,8 +323,8 @@ TEST(Sampling, PenaltiesFollowVllmSemantics) {
   h.AddGenerated(1);
   std::vector<float> l = {4.0f, -4.0f, 3.0f};
   ApplyPenalties(p, h, l);
-  EXPECT_FLOAT_EQ(l[0], 2.0f);                 // prompt token: repetition only
-  EXPECT_FLOAT_EQ(l[1], -8.0f - 0.5f - 0.5f);  // generated twice: x2 (negative), presence, 2 x freq
+  EXPECT_FLOAT_EQ(l[0], 2.0f);                  // prompt token: repetition only
+  EXPECT_FLOAT_EQ(l[1], -8.0f - 0.5f - 0.5f);   // generated twice: x2 (negative), presence, 2 x freq
   EXPECT_FLOAT_EQ(l[2], 3.0f);
 }
 

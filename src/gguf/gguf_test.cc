@@ -4,7 +4,6 @@
 #include "gguf/gguf.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -48,7 +47,7 @@ namespace crossword::gguf {
 namespace {
 
 std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/gguf_test_" + std::to_string(::getpid()) + "_" + name;
+  return ::testing::TempDir() + "/gguf_test_" + name;
 }
 
 std::vector<std::byte> ReadAll(const std::string& path) {

@@ -4,7 +4,6 @@
 #include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <random>
 #include <thread>
@@ -358,8 +357,7 @@ TEST(TokenizerLoad, ErrorsNameTheProblem) {
 // Writes a GGUF with the vocabulary keys of `v`, edited by `edit`, and returns the load error.
 template <typename Edit>
 std::string GgufLoadError(const Vocabulary& v, Edit&& edit) {
-  const std::string path =
-      ::testing::TempDir() + "/tok_vocab_test_" + std::to_string(::getpid()) + ".gguf";
+  const std::string path = ::testing::TempDir() + "/tok_vocab_test.gguf";
   {
     gguf::Writer w(path);
     w.AddKeyValue("general.architecture", gguf::Value::String("qwen35"));
@@ -381,8 +379,7 @@ TEST(TokenizerLoad, GgufRoundTripAndKeyErrors) {
   b.Merge("h", "e").Add("<|im_end|>", TokenType::kControl);
   b.v.eos = 257;
   EXPECT_EQ(GgufLoadError(b.v, [](gguf::Writer&) {}), "");  // loads fine
-  const std::string path =
-      ::testing::TempDir() + "/tok_vocab_test_" + std::to_string(::getpid()) + ".gguf";
+  const std::string path = ::testing::TempDir() + "/tok_vocab_test.gguf";
   {
     gguf::File f = gguf::File::Open(path);
     Tokenizer t = Tokenizer::FromGguf(f);
@@ -409,8 +406,7 @@ TEST(TokenizerLoad, GgufRoundTripAndKeyErrors) {
 }
 
 TEST(TokenizerLoad, MissingTokensKeyIsNamed) {
-  const std::string path =
-      ::testing::TempDir() + "/tok_empty_test_" + std::to_string(::getpid()) + ".gguf";
+  const std::string path = ::testing::TempDir() + "/tok_empty_test.gguf";
   {
     gguf::Writer w(path);
     w.AddKeyValue("general.architecture", gguf::Value::String("qwen35"));

@@ -4,7 +4,6 @@
 // generates varied greedy text, the quantized files decode to nearly the F32 model's
 // distributions, and a patched official-layout file runs too.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -29,8 +28,7 @@ std::string Synth(const std::string& type, const std::string& layout) {
   o.layout = layout;
   o.type = type;
   o.seed = 3;
-  o.output = ::testing::TempDir() + "/llama_" + std::to_string(::getpid()) + "_" + type + "_" +
-             layout + ".gguf";
+  o.output = ::testing::TempDir() + "/llama_" + type + "_" + layout + ".gguf";
   Synthesize(o, Logger::Silent());
   return o.output;
 }
@@ -124,8 +122,7 @@ TEST(LlamaOracle, SynthesizedFilesLoadAndGenerateInLlamaCpp) {
 
 TEST(LlamaOracle, PatchedOfficialFileRunsLikeTheUpstreamOne) {
   const std::string official = Synth("Q4_0", "official");
-  const std::string patched =
-      ::testing::TempDir() + "/llama_patched_" + std::to_string(::getpid()) + ".gguf";
+  const std::string patched = ::testing::TempDir() + "/llama_patched.gguf";
   PatchToUpstream({official, patched, false}, Logger::Silent());
   const std::string upstream = Synth("Q4_0", "upstream");
   const json a = RunOracle(patched, kPrompt, 16, 5);

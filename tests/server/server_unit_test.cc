@@ -2,7 +2,6 @@
 // the output pipeline against the one-shot chat parser, request validation, and the scheduler and
 // prompt cache against the engine's single-sequence loop (RunGeneration) on a synthesized model.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -78,8 +77,7 @@ TEST(StopFilter, HoldsBackOnlyWhatMayStillBecomeAStop) {
 
 const std::string& ModelPath() {
   static const std::string path = [] {
-    const std::string p =
-        ::testing::TempDir() + "/server_unit_tiny_" + std::to_string(::getpid()) + ".gguf";
+    const std::string p = ::testing::TempDir() + "/server_unit_tiny.gguf";
     if (!std::filesystem::exists(p)) {
       tools::SynthOptions o;
       o.preset = "tiny";
