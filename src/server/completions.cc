@@ -333,7 +333,12 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
       std::unique_lock lk(ex->mu);
       if (ex->cv.wait_for(lk, kPoll, [&] { return ex->done; })) break;
       lk.unlock();
-      if (stopping.load() || watch.PeerClosed()) {
+      if (stopping.load()) {
+        ex->Cancel();
+        SetLogExtra(req, fmt::format("| {} server stopping, cancelled", id));
+        throw ApiError(503, "server_error", "", "the server is shutting down");
+      }
+      if (watch.PeerClosed()) {
         ex->Cancel();
         SetLogExtra(req, fmt::format("| {} client gone, cancelled", id));
         throw ApiError(499, "invalid_request_error", "", "the client closed the connection");

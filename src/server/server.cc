@@ -2,6 +2,8 @@
 // loading behind /health, and the small routes (models, metrics, tokenize, detokenize).
 #include "server/server.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -102,6 +104,12 @@ void Server::Impl::Setup() {
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http.set_payload_max_length(options.max_body_bytes);
   http.set_tcp_nodelay(true);  // SSE chunks are small: do not let Nagle hold them back
+  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind a port in use and
+  // silently share its requests; SO_REUSEADDR alone restarts quickly and refuses a busy port.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http.set_keep_alive_max_count(1000);
   http.set_read_timeout(30, 0);
   http.set_write_timeout(30, 0);

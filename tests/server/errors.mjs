@@ -1,7 +1,8 @@
 // Bad input gets its status code and OpenAI's error JSON, and the server keeps serving: every
 // case is followed by /health, a running stream is unaffected, greedy output is unchanged.
 import assert from "node:assert/strict";
-import { check, collectChat, get, post, run, startServer } from "./harness.mjs";
+import { spawnSync } from "node:child_process";
+import { args, check, collectChat, get, post, run, startServer } from "./harness.mjs";
 
 const srv = await startServer(["-np", "2", "-c", "512", "--max-body-size", "65536"]);
 const keyed = await startServer(["--api-key", "sk-right"]);
@@ -140,6 +141,14 @@ check("a running stream is unaffected by a burst of bad requests", async () => {
   const s = await stream;
   assert.equal(s.content, alone.message.content);
   assert.deepEqual(s.logprobs.map((e) => e.logprob), alone.logprobs.content.map((e) => e.logprob));
+});
+
+check("a second server on a port in use exits with an error instead of sharing it", async () => {
+  const r = spawnSync(args.crossword, ["serve", "-m", args.model, "--port", String(srv.port), "-t", "1"],
+    { encoding: "utf8", timeout: 20000 });
+  assert.notEqual(r.status, 0, r.stderr);
+  assert.match(r.stderr, /port is in use/);
+  assert.equal((await get(srv.base, "/health")).status, 200);
 });
 
 await run([srv, keyed]);
