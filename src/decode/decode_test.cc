@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -237,7 +238,12 @@ TEST_P(SpecEqualsArTyped, ManyPromptsAndLengths) {
     }
     DecodeParams sp = ar;
     sp.mode = Mode::kSpec;
-    ASSERT_EQ(Run1(f, prompt, sp), want) << type << " prompt " << i << ", max_tokens " << max_tokens << ", block " << block;
+    DecodeStats st;
+    ASSERT_EQ(Run1(f, prompt, sp, &st), want) << type << " prompt " << i << ", max_tokens " << max_tokens << ", block " << block;
+    // Every counted round ran its draft and verify (a block cut at its seed is not a round).
+    const int64_t hist_rounds = std::accumulate(st.accepted_hist.begin(), st.accepted_hist.end(), int64_t{0});
+    ASSERT_EQ(st.rounds, hist_rounds) << "prompt " << i;
+    ASSERT_EQ(st.denoise_passes, st.rounds);
   }
   EXPECT_GT(eog_hits, n_prompts / 5);
 }

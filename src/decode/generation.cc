@@ -264,8 +264,8 @@ void Generation::StartBlock(int32_t seed) {
   block_.resize(block_len_, params_.mask_id);
   masked_.assign(block_.size(), 1);
   masked_[0] = 0;
+  if (!Emit(seed)) return;  // EOG seed, length, or cancelled: no pass runs, so no round
   ++stats_.rounds;
-  if (!Emit(seed)) return;  // EOG seed, length, or cancelled
   block_emitted_ = 1;
 }
 
