@@ -317,9 +317,16 @@ HWY_EXPORT(TargetOfThisCode);
 namespace {
 // Output rows per task: a multiple of the 16-row VNNI tile; small enough that 2 threads balance
 // on the smallest projections, large enough that a task amortizes its dispatch.
+// Very tall matrices (the output head) take longer runs per task so each thread streams long
+// stretches of memory and dispatch happens a few hundred times, not thousands.
 constexpr int64_t kOutPerTask = 64;
+constexpr int64_t kTallOut = 65536, kOutPerTallTask = 512;
+int64_t OutPerTask(const MatMulJob& job) {
+  return job.w.n_out >= kTallOut ? kOutPerTallTask : kOutPerTask;
+}
 int64_t TasksOf(const MatMulJob& job) {
-  return job.n_rows == 0 ? 0 : (job.w.n_out + kOutPerTask - 1) / kOutPerTask;
+  const int64_t per = OutPerTask(job);
+  return job.n_rows == 0 ? 0 : (job.w.n_out + per - 1) / per;
 }
 }  // namespace
 
@@ -351,8 +358,9 @@ void MatMul(std::span<const MatMulJob> jobs, ThreadPool& pool) {
       }
     }
     const MatMulJob& job = jobs[j];
-    const int64_t o0 = task * kOutPerTask;
-    HWY_DYNAMIC_DISPATCH(MatMulTileImpl)(job, o0, std::min(job.w.n_out, o0 + kOutPerTask));
+    const int64_t per = OutPerTask(job);
+    const int64_t o0 = task * per;
+    HWY_DYNAMIC_DISPATCH(MatMulTileImpl)(job, o0, std::min(job.w.n_out, o0 + per));
   });
 }
 

@@ -190,6 +190,37 @@ TEST(MatMul, MatchesScalarTwinOnEveryTarget) {
   }
 }
 
+// Tall matrices (an output head) are cut into longer tasks; every row must still be written once
+// and equal the scalar twin's, including the rows of the last, partial task.
+TEST(MatMul, TallMatrixEveryRowOnce) {
+  TargetGuard guard;
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  const int64_t n_in = 64, n_out = 65536 + 37;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ6_K}) {
+    const int64_t k = type == GgmlType::kQ6_K ? 256 : n_in;
+    const auto w = RandomWeights(type, k, n_out, rng);
+    const auto x = RandomActs(1, k, rng);
+    const Matrix m{type, k, n_out, w.data(), *RowBytes(type, k)};
+    Activations act;
+    act.Reserve(1, k);
+    ref::PrepareActivations(type, x.data(), 1, k, k, act);
+    std::vector<float> want(n_out), got(n_out, std::nanf(""));
+    ref::MatMul(MatMulJob{m, &act, 1, nullptr, want.data(), n_out, nullptr});
+    for (const Config& config : Configs()) {
+      config.Use();
+      SCOPED_TRACE(testing::Message() << config.Name() << " " << TypeName(type));
+      std::fill(got.begin(), got.end(), std::nanf(""));
+      MatMul(m, act, got.data(), n_out, pool);
+      for (int64_t o = 0; o < n_out; ++o) {
+        const double tol =
+            (k + 8) * kEps * AbsDot(type, w.data() + o * m.row_bytes, act, 0) + 1e-30;
+        ASSERT_NEAR(got[o], want[o], tol) << "out " << o;
+      }
+    }
+  }
+}
+
 TEST(MatMul, GatherScatterRowsInOneRegion) {
   TargetGuard guard;
   std::mt19937 rng(7);

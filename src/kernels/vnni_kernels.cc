@@ -24,10 +24,6 @@ using namespace internal;  // NOLINT(build/namespaces): this file is the helpers
 constexpr int kOTile = 16;             // weight rows per repacked tile (one zmm of int32 outputs)
 constexpr int kChunkBlocks = 64;       // 2048 columns per repacked chunk: 32 KiB + 4 KiB, fits L1
 constexpr int64_t kMaxDirectRows = 3;  // up to this many rows skip the repacking
-#ifndef CW_PREFETCH_ROWS
-#define CW_PREFETCH_ROWS 2
-#endif
-constexpr int64_t kPrefetchRows = CW_PREFETCH_ROWS;  // decode: software prefetch distance
 
 // One repacked tile: q[b][g] holds bytes 4g..4g+3 of block b for each of the 16 rows (lane i =
 // row i) as u8 = w + 128; d[b] holds the 16 rows' block scales.
@@ -125,13 +121,8 @@ CW_VNNI void Q8Rows(const Packed* p, int nb, int64_t b0, const JobRows& rows, in
 // ---- Few activation rows (decode): stream each weight row once, no repacking.
 
 // Horizontal sums of 8 dpbusd results: v_i lanes 0-7 belong to block 2i, lanes 8-15 to block
-// 2i+1. Combine1 pairs vectors, Combine2 finishes each 128-bit lane, Combine3 adds lane pairs.
-CW_VNNI inline __m512i Combine1(__m512i a, __m512i b) {
-  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
-}
-CW_VNNI inline __m512i Combine2(__m512i a, __m512i b) {
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
+// 2i+1. Combine1 pairs vectors, Combine2 finishes each 128-bit lane (both in vnni_util.h),
+// Combine3 adds lane pairs.
 // Returns the 16 block sums in natural order.
 CW_VNNI inline __m512i Combine3(__m512i w0123, __m512i w4567) {
   const __m512i x = _mm512_shuffle_i32x4(w0123, w4567, _MM_SHUFFLE(2, 0, 2, 0));
@@ -141,37 +132,26 @@ CW_VNNI inline __m512i Combine3(__m512i w0123, __m512i w4567) {
   return _mm512_permutexvar_epi32(order, _mm512_add_epi32(x, y));
 }
 
-// The 64 u8 weights of blocks b, b+1 (Q8_0: w + 128; Q4_0: the nibbles q, i.e. w + 8).
-template <bool kQ8>
-CW_VNNI inline __m512i PairWeights(const uint8_t* blk) {
-  if constexpr (kQ8) {
-    const uint8_t* qs = blk + 2;
-    // Bytes 32..63 of a load at qs + 2 are the quants of the next block (34 bytes later).
-    const __m512i v = _mm512_mask_loadu_epi8(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs))),
-        0xFFFFFFFF00000000ull, qs + 2);
-    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
-  } else {
-    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 18));
-    // [q0 q0 q1 q1], then the high nibbles in 128-bit lanes 1 and 3.
-    const __m512i t =
-        _mm512_inserti32x8(_mm512_broadcast_i32x4(q0), _mm256_broadcastsi128_si256(q1), 1);
-    const __m512i s = _mm512_mask_srli_epi16(t, 0xFF00FF00u, t, 4);
-    return _mm512_and_si512(s, _mm512_set1_epi8(0x0F));
-  }
+// The 64 u8 weights (w + 128) of Q8_0 blocks b, b+1: two 32-byte loads (a masked 64-byte load
+// measured slower on AMD Zen 4).
+CW_VNNI inline __m512i PairWeightsQ8(const uint8_t* blk) {
+  const uint8_t* qs = blk + 2;
+  const __m512i v = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + sizeof(BlockQ8_0))), 1);
+  return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
-// Integer block sums of 16 blocks of one weight row with R activation rows: sums[r] lane j =
+// Q8_0: integer block sums of 16 blocks of one weight row with R activation rows: sums[r] lane j =
 // exact sum over block b + j of w * x (the VNNI offset corrected), as float (|sum| < 2^24).
-template <int R, bool kQ8>
-CW_VNNI inline void BlockSums16(const uint8_t* blk, const int8_t* const* xq,
-                                const int32_t* const* xs, int64_t b, __m512* sums) {
-  constexpr int64_t kBs = kQ8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+template <int R>
+CW_VNNI inline void BlockSums16Q8(const uint8_t* blk, const int8_t* const* xq,
+                                  const int32_t* const* xs, int64_t b, __m512* sums) {
+  constexpr int64_t kBs = sizeof(BlockQ8_0);
   __m512i u[R][4];
   CW_UNROLL for (int j = 0; j < 4; ++j) {
-    const __m512i wa = PairWeights<kQ8>(blk + (4 * j) * kBs);
-    const __m512i wb = PairWeights<kQ8>(blk + (4 * j + 2) * kBs);
+    const __m512i wa = PairWeightsQ8(blk + (4 * j) * kBs);
+    const __m512i wb = PairWeightsQ8(blk + (4 * j + 2) * kBs);
     CW_UNROLL for (int r = 0; r < R; ++r) {
       const int8_t* xp = xq[r] + (b + 4 * j) * 32;
       const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_loadu_si512(xp));
@@ -183,7 +163,59 @@ CW_VNNI inline void BlockSums16(const uint8_t* blk, const int8_t* const* xq,
   CW_UNROLL for (int r = 0; r < R; ++r) {
     const __m512i s = Combine3(Combine2(u[r][0], u[r][1]), Combine2(u[r][2], u[r][3]));
     const __m512i corr = _mm512_loadu_si512(xs[r] + b);  // -128 * sum(x) per block
-    sums[r] = _mm512_cvtepi32_ps(_mm512_add_epi32(s, kQ8 ? corr : _mm512_srai_epi32(corr, 4)));
+    sums[r] = _mm512_cvtepi32_ps(_mm512_add_epi32(s, corr));
+  }
+}
+
+// Q4_0, 16 blocks of one weight row: a 128-bit lane per block (4 blocks per vector, picked out of
+// 72 bytes by one byte permute), low nibbles against the blocks' first 16 activations and high
+// nibbles against the last 16 (xp: the activations regrouped that way by RegroupQ4), so two
+// chained dot products leave 4 partial sums per block and two shuffle levels finish them.
+template <int R>
+CW_VNNI inline void BlockSums16Q4(const uint8_t* blk, const int8_t* const* xp,
+                                  const int32_t* const* xs, int64_t b, __m512* sums) {
+  // Byte 16j + t <- quad byte 18j + 2 + t (block j's quant t; indices 64.. are the tail).
+  alignas(64) static constexpr uint8_t kIdx[64] = {
+      2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17,  //
+      20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,  //
+      38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53,  //
+      56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71};
+  const __m512i idx = _mm512_load_si512(kIdx);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512i p[R][4];
+  CW_UNROLL for (int k = 0; k < 4; ++k) {
+    const uint8_t* q = blk + 4 * k * sizeof(BlockQ4_0);
+    const __m512i z = _mm512_loadu_si512(q);
+    const __m512i tail =
+        _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 64)));
+    const __m512i qq = _mm512_permutex2var_epi8(z, idx, tail);
+    const __m512i lo = _mm512_and_si512(qq, m4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(qq, 4), m4);
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      const int8_t* x = xp[r] + 128 * k;
+      p[r][k] =
+          _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(x)),
+                              hi, _mm512_load_si512(x + 64));
+    }
+  }
+  // After the two levels dword 4L + m holds block 4m + L; put them back in block order.
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    const __m512i t = Combine2(Combine1(p[r][0], p[r][1]), Combine1(p[r][2], p[r][3]));
+    const __m512i corr = _mm512_loadu_si512(xs[r] + b);  // -128 * sum(x) per block
+    sums[r] = _mm512_cvtepi32_ps(
+        _mm512_add_epi32(_mm512_permutexvar_epi32(order, t), _mm512_srai_epi32(corr, 4)));
+  }
+}
+
+// Regroups activation blocks [0, nb) (nb a multiple of 4) for BlockSums16Q4: per 4 blocks, their
+// first 16 bytes, then their last 16 bytes.
+CW_VNNI inline void RegroupQ4(const int8_t* x, int64_t nb, int8_t* out) {
+  for (int64_t b = 0; b < nb; b += 4) {
+    const __m512i a = _mm512_loadu_si512(x + 32 * b);
+    const __m512i c = _mm512_loadu_si512(x + 32 * b + 64);
+    _mm512_store_si512(out + 32 * b, _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_store_si512(out + 32 * b + 64, _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(3, 1, 3, 1)));
   }
 }
 
@@ -213,9 +245,10 @@ CW_VNNI inline void BlockSum1(const uint8_t* blk, const int8_t* const* xq, const
 
 // Decode (few activation rows): each weight row is streamed once, in order, without repacking.
 // Batch invariance: a row's result must be bit-identical to the repacked GEMM's (Q8Kernel),
-// which adds the blocks in order, acc = fma(sum_b, d_w * d_x, acc). So the block sums and scales
-// of 16 weight rows are collected (lanes = blocks), transposed (lanes = weight rows) and added
-// in block order with the same fused multiply-adds.
+// which adds the blocks in order, acc = fma(sum_b, d_w * d_x, acc). So the block sums of 16
+// weight rows are collected (lanes = blocks) and transposed (lanes = weight rows), the fp16
+// scales are copied straight into the transposed layout, and the blocks are added in order with
+// the same fused multiply-adds.
 template <int R, bool kQ8>
 CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int64_t o0,
                           int64_t o1) {
@@ -233,11 +266,11 @@ CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int6
     xd[r] = reinterpret_cast<const float*>(rp[r].x + x.scale_offset());
     xs[r] = reinterpret_cast<const int32_t*>(rp[r].x + x.sums_offset());
   }
-  const __m512i gidx =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(static_cast<int32_t>(kBs)));
   alignas(64) float sums[R][kGroups][kOTile][16];  // [r][group][weight row][block]
-  alignas(64) float dws[kGroups][kOTile][16];
+  alignas(64) int8_t xg[kQ8 ? 1 : R][kQ8 ? 64 : kGroups * 16 * 32];  // Q4_0: regrouped x
+  // Scales go straight into the transposed layout (lanes = weight rows) with scalar 2-byte
+  // copies: on AMD Zen 4 a 16-lane gather plus a transpose cost more than the 16 loads.
+  alignas(64) uint16_t dws[kGroups][16][kOTile];  // [group][block][weight row], fp16
   const auto* base = static_cast<const uint8_t*>(w.data);
   for (int64_t ot = o0; ot < o1; ot += kOTile) {
     const int nv = static_cast<int>(std::min<int64_t>(kOTile, o1 - ot));
@@ -245,51 +278,57 @@ CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int6
     CW_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t c0 = 0; c0 < nb; c0 += 16 * kGroups) {
       const int64_t c1 = std::min<int64_t>(nb, c0 + 16 * kGroups);
+      const int8_t* xgp[R];
+      if constexpr (!kQ8) {
+        CW_UNROLL for (int r = 0; r < R; ++r) {
+          RegroupQ4(xq[r] + c0 * 32, (c1 - c0) / 16 * 16, xg[r]);
+          xgp[r] = xg[r];
+        }
+      }
       for (int i = 0; i < kOTile; ++i) {
         const uint8_t* wrow = base + (ot + std::min(i, nv - 1)) * w.row_bytes;
         int64_t b = c0;
         int g = 0;
         for (; b + 16 <= c1; b += 16, ++g) {
           const uint8_t* blk = wrow + b * kBs;
-          if constexpr (kPrefetchRows > 0) {
-            // The same 16 blocks a few rows ahead (never dereferenced; past the end is harmless).
-            const uint8_t* ahead = blk + kPrefetchRows * w.row_bytes;
-            CW_UNROLL for (int64_t line = 0; line < 16 * kBs; line += 64) {
-              _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T0);
-            }
+          const uint8_t* ahead = blk + kPrefetchBytes;
+          CW_UNROLL for (int64_t line = 0; line < 16 * kBs; line += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T2);
           }
           __m512 s[R];
-          BlockSums16<R, kQ8>(blk, xq, xs, b, s);
+          if constexpr (kQ8) {
+            BlockSums16Q8<R>(blk, xq, xs, b, s);
+          } else {
+            const int8_t* xgb[R];
+            CW_UNROLL for (int r = 0; r < R; ++r) xgb[r] = xgp[r] + (b - c0) * 32;
+            BlockSums16Q4<R>(blk, xgb, xs, b, s);
+          }
           CW_UNROLL for (int r = 0; r < R; ++r) _mm512_store_ps(sums[r][g][i], s[r]);
-          _mm512_store_ps(
-              dws[g][i],
-              _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(gidx, blk, 1))));
+          CW_UNROLL for (int j = 0; j < 16; ++j) std::memcpy(&dws[g][j][i], blk + j * kBs, 2);
         }
         if (b < c1) {  // a last group of fewer than 16 blocks; unused lanes stay zero
           for (int r = 0; r < R; ++r) std::fill_n(sums[r][g][i], 16, 0.0f);
-          std::fill_n(dws[g][i], 16, 0.0f);
+          for (int j = 0; j < 16; ++j) dws[g][j][i] = 0;
           for (int j = 0; b + j < c1; ++j) {
             const uint8_t* blk = wrow + (b + j) * kBs;
             float s[R];
             BlockSum1<R, kQ8>(blk, xq, xs, b + j, s);
             for (int r = 0; r < R; ++r) sums[r][g][i][j] = s[r];
-            uint16_t dh;
-            std::memcpy(&dh, blk, 2);
-            dws[g][i][j] = _cvtsh_ss(dh);
+            std::memcpy(&dws[g][j][i], blk, 2);
           }
         }
       }
       for (int g = 0; 16 * g + c0 < c1; ++g) {
         const int64_t b = c0 + 16 * g;
         const int nk = static_cast<int>(std::min<int64_t>(16, c1 - b));
-        __m512 dT[16];
-        Transpose16(dws[g][0], dT);
         CW_UNROLL for (int r = 0; r < R; ++r) {
           __m512 sT[16];
           Transpose16(sums[r][g][0], sT);
           for (int k = 0; k < nk; ++k) {
+            const __m512 dT =
+                _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dws[g][k])));
             acc[r] =
-                _mm512_fmadd_ps(sT[k], _mm512_mul_ps(dT[k], _mm512_set1_ps(xd[r][b + k])), acc[r]);
+                _mm512_fmadd_ps(sT[k], _mm512_mul_ps(dT, _mm512_set1_ps(xd[r][b + k])), acc[r]);
           }
         }
       }

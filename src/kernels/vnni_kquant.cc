@@ -108,6 +108,9 @@ CW_VNNI void Q6KDot(const BlockQ6_K* blocks, int64_t nsb, const RowPtrs* rp, con
   const __m512i shr_b = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const BlockQ6_K& blk = blocks[sb];
+    // Far ahead, into L3 only (see kPrefetchBytes).
+    const auto* ahead = reinterpret_cast<const char*>(&blk) + kPrefetchBytes;
+    CW_UNROLL for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T2);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
     // madd_epi16 multiplies the low int16 of each lane: zero the high half (scales are signed).
     const __m512i sc32 = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), low16);
@@ -118,10 +121,12 @@ CW_VNNI void Q6KDot(const BlockQ6_K* blocks, int64_t nsb, const RowPtrs* rp, con
       const __m512i qlv = _mm512_loadu_si512(blk.ql + 64 * h);
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
       const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), qh, 1);
-      const __m512i wa = _mm512_or_si512(_mm512_and_si512(qlv, lo4),
-                                         _mm512_and_si512(_mm512_sllv_epi16(qh2, shl_a), m30));
-      const __m512i wb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qlv, 4), lo4),
-                                         _mm512_and_si512(_mm512_srlv_epi16(qh2, shr_b), m30));
+      // (low bits & 0x0F) | high bits in one ternary-logic op (0xEC: (a & c) | b).
+      const __m512i wa = _mm512_ternarylogic_epi32(
+          qlv, _mm512_and_si512(_mm512_sllv_epi16(qh2, shl_a), m30), lo4, 0xEC);
+      const __m512i wb = _mm512_ternarylogic_epi32(
+          _mm512_srli_epi16(qlv, 4), _mm512_and_si512(_mm512_srlv_epi16(qh2, shr_b), m30), lo4,
+          0xEC);
       const __m512i sca = _mm512_permutexvar_epi32(idx[2 * h], sc32);
       const __m512i scb = _mm512_permutexvar_epi32(idx[2 * h + 1], sc32);
       CW_UNROLL for (int r = 0; r < R; ++r) {
@@ -129,8 +134,8 @@ CW_VNNI void Q6KDot(const BlockQ6_K* blocks, int64_t nsb, const RowPtrs* rp, con
         const __m512i pa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_loadu_si512(xq));
         const __m512i pb =
             _mm512_dpbusd_epi32(_mm512_setzero_si512(), wb, _mm512_loadu_si512(xq + 64));
-        isum[r] = _mm512_add_epi32(
-            isum[r], _mm512_add_epi32(_mm512_madd_epi16(pa, sca), _mm512_madd_epi16(pb, scb)));
+        // |pa|, |pb| <= 4 * 63 * 128 fit an int16 (high halves are the sign; sca's are zero).
+        isum[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[r], pa, sca), pb, scb);
       }
     }
     const float d = HalfToFloat(blk.d);

@@ -10,8 +10,11 @@
 
 #include "kernels/vnni_kernels.h"
 
-#define CW_VNNI \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+// Highway's AVX3_DL target (the only caller) requires VNNI and VBMI, so both are safe here.
+#define CW_VNNI                                                             \
+  __attribute__((                                                           \
+      target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni," \
+             "avx512vbmi")))
 #define CW_BF16 \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #if defined(__clang__)
@@ -21,6 +24,11 @@
 #endif
 
 namespace crossword::kernels::vnni::internal {
+
+// Decode kernels prefetch this far ahead of the weight row they read, into L3 only: AMD's
+// hardware prefetcher stops at 4 KiB pages, and nearer or L1 prefetches measured slower
+// (bench/kernels_vs_ggml, one and two threads, AMD EPYC Zen 4).
+constexpr int64_t kPrefetchBytes = 16384;
 
 inline int32_t Load32(const void* p) {
   int32_t v;
@@ -37,6 +45,16 @@ inline RowPtrs RowAt(const JobRows& rows, int64_t i) {
   const int64_t xr = rows.x_rows ? rows.x_rows[i] : i;
   const int64_t yr = rows.y_rows ? rows.y_rows[i] : i;
   return {rows.x->row(xr), rows.y + yr * rows.ldy};
+}
+
+// Horizontal-sum steps on int32 vectors a, b; per 128-bit lane, with a = [a0 a1 a2 a3]:
+// Combine1 -> [a0+a2, b0+b2, a1+a3, b1+b3]; Combine2 -> [a0+a2, a1+a3, b0+b2, b1+b3].
+// Combine2(Combine1(a, b), Combine1(c, d)) holds each lane's totals of a, b, c, d in order.
+CW_VNNI inline __m512i Combine1(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+CW_VNNI inline __m512i Combine2(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
 
 // A[j] lane l = 16 bytes of row j + 4l  ->  G[g] dword i = dword g of row i.
