@@ -33,7 +33,7 @@ fuzz: deps
 	@build-fuzz/gguf_reader_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -rss_limit_mb=4096 \
 	  -print_final_stats=1 build-fuzz/corpus
 
-# Retrains the embedded tiny model from scratch (corpus, BPE, ~75 min of CPU training in two stages, evaluation):
+# Retrains the embedded tiny model from scratch (corpus, BPE, ~105 min of CPU training in three stages, evaluation):
 # writes models/clover-tiny.gguf; logs and the held-out evaluation go to $(BUILD)/tiny/.
 train-tiny: build
 	@reference/train_tiny.sh $(BUILD)

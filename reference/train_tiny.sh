@@ -12,14 +12,18 @@ mkdir -p "$work"
 export OMP_WAIT_POLICY=passive
 $py "$root/reference/tiny_corpus.py" --out "$work"
 $py "$root/reference/bpe.py" train --corpus "$work" --vocab-size 4096 --out "$work/vocab.json"
-# Two stages of 6 epochs: from random weights (seed 1, lr 3e-3), then from the exported stage-1
-# model with a fresh warm-up and cosine schedule (seed 2, lr 2e-3).
+# Three stages of 6 epochs: from random weights (seed 1, lr 3e-3), then twice from the exported
+# model of the stage before with a fresh warm-up and cosine schedule (seed 2, lr 2e-3; seed 3,
+# lr 1.5e-3). Each stage raised the held-out accuracy (docs/reference.md).
 $py "$root/reference/train_tiny.py" --corpus "$work" --out "$work/stage1.gguf" \
   --checkpoint "$work/checkpoint.pt" "$@" 2>&1 | tee "$work/train.log"
 rm -f "$work/checkpoint.pt"  # a finished run leaves nothing to resume
-$py "$root/reference/train_tiny.py" --corpus "$work" --out "$root/models/clover-tiny.gguf" --init "$work/stage1.gguf" \
+$py "$root/reference/train_tiny.py" --corpus "$work" --out "$work/stage2.gguf" --init "$work/stage1.gguf" \
   --seed 2 --lr 2e-3 --checkpoint "$work/checkpoint2.pt" "$@" 2>&1 | tee "$work/train2.log"
 rm -f "$work/checkpoint2.pt"
+$py "$root/reference/train_tiny.py" --corpus "$work" --out "$root/models/clover-tiny.gguf" --init "$work/stage2.gguf" \
+  --seed 3 --lr 1.5e-3 --checkpoint "$work/checkpoint3.pt" "$@" 2>&1 | tee "$work/train3.log"
+rm -f "$work/checkpoint3.pt"
 $py "$root/reference/eval_tiny.py" --model "$root/models/clover-tiny.gguf" --heldout "$work/heldout.jsonl" \
   --json "$work/eval.json" 2>&1 | tee "$work/eval.log"
 # The same evaluation with the C++ engine (it also picks the self-check questions), then the
