@@ -74,14 +74,14 @@ for t in types:
             j = json.loads(line)
             key = "pp" if j["test"].startswith("pp") else "tg"
             cw[key].append(j["median"])
-            if key == "tg": extra.append(j["extra"])
+            if key == "tg": extra.append((j["median"], j["extra"]))
         for line in open(os.path.join(out, f"lb-{t}-{i}.jsonl")):
             j = json.loads(line)
             key = "pp" if j["n_prompt"] > 0 else "tg"
             lb[key].append(j["avg_ts"])
     for key, name in (("pp", "pp" + pp), ("tg", "tg" + tg)):
         a, b = statistics.median(cw[key]), statistics.median(lb[key])
-        print(f"| {t} | {name} | {a:.2f} | {b:.2f} | {a / b:.2f}x | {extra[len(extra) // 2] if key == 'tg' else ''} |")
+        print(f"| {t} | {name} | {a:.2f} | {b:.2f} | {a / b:.2f}x | {sorted(extra)[len(extra) // 2][1] if key == 'tg' else ''} |")
 print(f"\nraw results: {out}")
 EOF
 echo "speed_vs_llama: load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
