@@ -278,11 +278,12 @@ CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int6
     CW_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t c0 = 0; c0 < nb; c0 += 16 * kGroups) {
       const int64_t c1 = std::min<int64_t>(nb, c0 + 16 * kGroups);
-      const int8_t* xgp[R];
+      // Q4_0: regroup this chunk's activations (once per call when the row is one chunk).
       if constexpr (!kQ8) {
-        CW_UNROLL for (int r = 0; r < R; ++r) {
-          RegroupQ4(xq[r] + c0 * 32, (c1 - c0) / 16 * 16, xg[r]);
-          xgp[r] = xg[r];
+        if (ot == o0 || nb > 16 * kGroups) {
+          CW_UNROLL for (int r = 0; r < R; ++r) {
+            RegroupQ4(xq[r] + c0 * 32, (c1 - c0) / 16 * 16, xg[r]);
+          }
         }
       }
       for (int i = 0; i < kOTile; ++i) {
@@ -300,7 +301,7 @@ CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int6
             BlockSums16Q8<R>(blk, xq, xs, b, s);
           } else {
             const int8_t* xgb[R];
-            CW_UNROLL for (int r = 0; r < R; ++r) xgb[r] = xgp[r] + (b - c0) * 32;
+            CW_UNROLL for (int r = 0; r < R; ++r) xgb[r] = xg[r] + (b - c0) * 32;
             BlockSums16Q4<R>(blk, xgb, xs, b, s);
           }
           CW_UNROLL for (int r = 0; r < R; ++r) _mm512_store_ps(sums[r][g][i], s[r]);
