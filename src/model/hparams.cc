@@ -136,7 +136,8 @@ Hparams ReadHparams(const gguf::File& file, const Logger& logger) {
     hp.expert_shared_count_present = true;
   } else {
     hp.n_expert_shared = 1;
-    logger.Info("{}: key {}.expert_shared_count is absent (Clover's official layout); using 1", path, hp.arch);
+    // Debug only: the load's one layout line (weights.cc) already reports it.
+    logger.Debug("{}: key {}.expert_shared_count is absent (Clover's official layout); using 1", path, hp.arch);
   }
   if (hp.n_expert_shared > 1) Fail("{}: expert_shared_count {} > 1 is not supported", path, hp.n_expert_shared);
   if (hp.n_expert_shared == 1 && hp.n_ff_shexp == 0) {
