@@ -10,7 +10,8 @@
 
 #include "kernels/vnni_kernels.h"
 
-// Highway's AVX3_DL target (the only caller) requires VNNI and VBMI, so both are safe here.
+// Highway's AVX3_DL target (the only caller) requires VNNI and VBMI (hwy/detect_targets.h:
+// "Ice Lake: VNNI, VPCLMULQDQ, VPOPCNTDQ, VBMI, VBMI2, ..."), so both are safe here.
 #define CW_VNNI                                                             \
   __attribute__((                                                           \
       target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni," \
@@ -25,9 +26,9 @@
 
 namespace crossword::kernels::vnni::internal {
 
-// Decode kernels prefetch this far ahead of the weight row they read, into L3 only: AMD's
-// hardware prefetcher stops at 4 KiB pages, and nearer or L1 prefetches measured slower
-// (bench/kernels_vs_ggml, one and two threads, AMD EPYC Zen 4).
+// Decode kernels prefetch this far ahead of the weight row they read (_MM_HINT_T2): AMD's
+// hardware prefetcher stops at 4 KiB pages. For Q8_0/Q4_0, nearer or L1 prefetches measured no
+// better or slower (bench/kernels_vs_ggml, one and two threads, AMD EPYC Zen 4); Q6_K adds one.
 constexpr int64_t kPrefetchBytes = 16384;
 
 inline int32_t Load32(const void* p) {
