@@ -1,8 +1,8 @@
 // crossword: the command-line entry point. Each library registers its own subcommands here.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "base/error.h"
 #include "chat/chat_commands.h"
@@ -13,7 +13,8 @@
 #include "tools/gguf_commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"crossword: inference engine for block-diffusion language models (Clover, qwen35moe)"};
+  CLI::App app{
+      "crossword: inference engine for block-diffusion language models (Clover, qwen35moe)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "crossword 0.1.0");
   // Subcommand registration (one call per contributing library).
@@ -26,10 +27,26 @@ int main(int argc, char** argv) {
   crossword::tools::RegisterGgufCommands(app);
   crossword::server::RegisterServerCommands(app);
 
+  // CLI11 reports an unknown command as a missing one; name it and list the real ones.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string name = argv[1];
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->get_name() == name;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "crossword: error: unknown command '%s'; commands: %s\n", name.c_str(),
+                   names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message; --help / --version exit 0, every usage error 2 (as other errors).
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const crossword::Error& e) {
     std::fprintf(stderr, "crossword: error: %s\n", e.what());
     return 2;

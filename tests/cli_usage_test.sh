@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Usage errors of the crossword CLI exit with 2 and say what is wrong; --help and --version exit 0.
+# Usage: cli_usage_test.sh CROSSWORD_BINARY
+set -u
+cw=$1
+fail=0
+expect() {  # expect CODE PATTERN ARGS...: exit code CODE and PATTERN somewhere in stderr+stdout
+  local code=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$("$cw" "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $code ]] || ! grep -q -- "$pattern" <<<"$out"; then
+    echo "FAIL: crossword $* -> exit $rc (want $code), output: ${out:0:300}"
+    fail=1
+  fi
+}
+expect 2 "subcommand" # no subcommand
+expect 2 "Could not convert" bench -p abc
+expect 2 "unknown command .not-a-command.; commands: run" not-a-command
+expect 2 "unknown decoding mode" run --mode bogus -p hi
+expect 2 "cannot open" run -m /nonexistent.gguf -p hi
+expect 0 "Usage" --help
+expect 0 "crossword 0.1.0" --version
+[[ $fail -eq 0 ]] && echo "cli_usage_test: all cases passed"
+exit $fail
