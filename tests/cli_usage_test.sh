@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Usage errors of the crossword CLI exit with 2 and say what is wrong; --help and --version exit 0.
+# Usage errors of the crossword CLI exit with 2 and say what is wrong; --help and --version exit 0;
+# tokenize and template fall back to the embedded model without -m.
 # Usage: cli_usage_test.sh CROSSWORD_BINARY
 set -u
 cw=$1
@@ -22,5 +23,11 @@ expect 2 "unknown decoding mode" run --mode bogus -p hi
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi
 expect 0 "Usage" --help
 expect 0 "crossword 0.1.0" --version
+msgs=$(mktemp)
+trap 'rm -f "$msgs"' EXIT
+echo '[{"role": "user", "content": "Hi"}]' >"$msgs"
+expect 0 '^\[[0-9]' tokenize -p "Hello world"
+expect 0 "<|im_start|>assistant" template --messages "$msgs"
+expect 2 "cannot open" tokenize -m /nonexistent.gguf -p hi
 [[ $fail -eq 0 ]] && echo "cli_usage_test: all cases passed"
 exit $fail

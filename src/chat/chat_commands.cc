@@ -48,8 +48,10 @@ std::string RenderTemplateCommand(const TemplateCommandOptions& o) {
   if (!o.template_path.empty()) {
     source = ReadFile(o.template_path, "template");
   }
-  if (!o.model_path.empty()) {
-    gguf::File file = gguf::File::Open(o.model_path);
+  const bool use_default = o.model_path.empty() && source.empty() && !o.default_model.empty();
+  if (!o.model_path.empty() || use_default) {
+    gguf::File file =
+        use_default ? gguf::File::Parse(o.default_model) : gguf::File::Open(o.model_path);
     if (source.empty()) {
       std::optional<std::string_view> tpl = file.GetString("tokenizer.chat_template");
       Check(tpl.has_value(),
@@ -82,11 +84,13 @@ std::string RenderTemplateCommand(const TemplateCommandOptions& o) {
   return tpl.Render(MakeChatContext(messages, tools, o.add_generation_prompt, bos, eos, kwargs));
 }
 
-void RegisterChatCommands(CLI::App& app) {
+void RegisterChatCommands(CLI::App& app, std::span<const std::byte> default_model) {
   auto opts = std::make_shared<TemplateCommandOptions>();
+  opts->default_model = default_model;
   CLI::App* cmd = app.add_subcommand(
       "template", "Render the chat template for a conversation (prints the exact prompt)");
-  cmd->add_option("-m,--model", opts->model_path, "GGUF model (uses tokenizer.chat_template)");
+  cmd->add_option("-m,--model", opts->model_path,
+                  "GGUF model (uses tokenizer.chat_template; default: the embedded model)");
   cmd->add_option("--template", opts->template_path, "Jinja template file instead of the model's");
   cmd->add_option("--messages", opts->messages_path,
                   "JSON file: messages array, or a chat request with messages/tools")

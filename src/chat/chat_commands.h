@@ -2,8 +2,10 @@
 // check by hand the exact prompt the engine would build.
 #pragma once
 
+#include <cstddef>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace CLI {
@@ -14,7 +16,10 @@ namespace crossword::chat {
 
 /// Inputs of `crossword template`.
 struct TemplateCommandOptions {
-  std::string model_path;     ///< GGUF whose tokenizer.chat_template (and bos/eos) is used
+  std::string model_path;  ///< GGUF whose tokenizer.chat_template (and bos/eos) is used
+  /// GGUF bytes used when neither model_path nor template_path is given (the binary's embedded
+  /// model); empty: one of the two is required.
+  std::span<const std::byte> default_model;
   std::string template_path;  ///< optional: a .jinja file instead of the model's template
   std::string messages_path;  ///< JSON: a messages array, or a request object with "messages"
   std::string tools_path;     ///< optional JSON tools array
@@ -27,7 +32,8 @@ struct TemplateCommandOptions {
 /// without tokenizer.chat_template), TemplateError or TemplateException.
 std::string RenderTemplateCommand(const TemplateCommandOptions& options);
 
-/// Registers `template` on the crossword CLI.
-void RegisterChatCommands(CLI::App& app);
+/// Registers `template` on the crossword CLI; `default_model` (GGUF bytes that outlive the app,
+/// may be empty) stands in when neither -m nor --template is given.
+void RegisterChatCommands(CLI::App& app, std::span<const std::byte> default_model = {});
 
 }  // namespace crossword::chat

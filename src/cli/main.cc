@@ -8,6 +8,7 @@
 #include "chat/chat_commands.h"
 #include "cli/bench_command.h"
 #include "cli/commands.h"
+#include "engine/engine.h"
 #include "server/server_commands.h"
 #include "tokenizer/tokenizer_commands.h"
 #include "tools/gguf_commands.h"
@@ -22,8 +23,9 @@ int main(int argc, char** argv) {
   crossword::cli::RegisterLogitsCommand(app);
   crossword::cli::RegisterBenchCommand(app);
   crossword::cli::RegisterCheckCommand(app);
-  crossword::tokenizer::RegisterTokenizerCommands(app);
-  crossword::chat::RegisterChatCommands(app);
+  // The libraries beside the engine get the embedded model as bytes (they do not link it).
+  crossword::tokenizer::RegisterTokenizerCommands(app, crossword::engine::EmbeddedModel());
+  crossword::chat::RegisterChatCommands(app, crossword::engine::EmbeddedModel());
   crossword::tools::RegisterGgufCommands(app);
   crossword::server::RegisterServerCommands(app);
 

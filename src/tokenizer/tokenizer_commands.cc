@@ -30,8 +30,14 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-// A model path is a GGUF file, or (handy for checks) a tokenizer.json.
-Tokenizer LoadTokenizer(const std::string& path) {
+// A model path is a GGUF file, or (handy for checks) a tokenizer.json; none: the default GGUF
+// bytes (the binary's embedded model).
+Tokenizer LoadTokenizer(const std::string& path, std::span<const std::byte> default_model) {
+  if (path.empty()) {
+    Check(!default_model.empty(),
+          "no model: give -m MODEL.gguf (this build has no embedded model)");
+    return Tokenizer::FromGguf(gguf::File::Parse(default_model));
+  }
   if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
     return Tokenizer::FromVocabulary(VocabularyFromHfFiles(path, ""));
   }
@@ -41,11 +47,12 @@ Tokenizer LoadTokenizer(const std::string& path) {
 
 struct TokenizeOptions {
   std::string model, prompt, file;
+  std::span<const std::byte> default_model;
   bool special = false, pieces = false;
 };
 
 void RunTokenize(const TokenizeOptions& o) {
-  Tokenizer tok = LoadTokenizer(o.model);
+  Tokenizer tok = LoadTokenizer(o.model, o.default_model);
   const std::string text = o.file.empty() ? o.prompt : ReadAll(o.file);
   std::vector<int32_t> ids = tok.Encode(text, o.special);
   std::string out = "[";
@@ -81,10 +88,11 @@ void RunConvert(const ConvertOptions& o) {
 struct BenchOptions {
   std::string model, file;
   int repeat = 5;
+  std::span<const std::byte> default_model;
 };
 
 void RunBench(const BenchOptions& o) {
-  Tokenizer tok = LoadTokenizer(o.model);
+  Tokenizer tok = LoadTokenizer(o.model, o.default_model);
   const std::string text = ReadAll(o.file);
   Check(!text.empty(), "bench: '{}' is empty", o.file);
   // Encode line-sized documents like a server does, one thread.
@@ -136,14 +144,13 @@ void RunBench(const BenchOptions& o) {
 
 }  // namespace
 
-void RegisterTokenizerCommands(CLI::App& app) {
+void RegisterTokenizerCommands(CLI::App& app, std::span<const std::byte> default_model) {
   auto tokenize_opts = std::make_shared<TokenizeOptions>();
+  tokenize_opts->default_model = default_model;
   CLI::App* tokenize = app.add_subcommand("tokenize", "Print the token ids of a text as JSON");
-  tokenize
-      ->add_option("-m,--model", tokenize_opts->model,
-                   "GGUF model or vocabulary (or a "
-                   "tokenizer.json)")
-      ->required();
+  tokenize->add_option(
+      "-m,--model", tokenize_opts->model,
+      "GGUF model or vocabulary, or a tokenizer.json (default: the embedded model)");
   auto* p = tokenize->add_option("-p,--prompt", tokenize_opts->prompt, "Text to tokenize");
   auto* f = tokenize->add_option("-f,--file", tokenize_opts->file, "File whose bytes to tokenize");
   p->excludes(f);
@@ -172,8 +179,10 @@ void RegisterTokenizerCommands(CLI::App& app) {
   convert->callback([convert_opts] { RunConvert(*convert_opts); });
 
   auto bench_opts = std::make_shared<BenchOptions>();
+  bench_opts->default_model = default_model;
   CLI::App* bench = group->add_subcommand("bench", "Single-thread encode speed on a text file");
-  bench->add_option("-m,--model", bench_opts->model, "GGUF or tokenizer.json")->required();
+  bench->add_option("-m,--model", bench_opts->model,
+                    "GGUF or tokenizer.json (default: the embedded model)");
   bench->add_option("-f,--file", bench_opts->file, "Text file")->required();
   bench->add_option("--repeat", bench_opts->repeat, "Timed passes after the cold one");
   bench->callback([bench_opts] { RunBench(*bench_opts); });
