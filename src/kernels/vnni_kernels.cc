@@ -324,14 +324,16 @@ CW_VNNI void DirectQ8Rows(const Matrix& w, const JobRows& rows, int64_t i0, int6
       for (int g = 0; 16 * g + c0 < c1; ++g) {
         const int64_t b = c0 + 16 * g;
         const int nk = static_cast<int>(std::min<int64_t>(16, c1 - b));
+        __m512 dT[16];  // converted once for all R activation rows
+        for (int k = 0; k < nk; ++k) {
+          dT[k] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dws[g][k])));
+        }
         CW_UNROLL for (int r = 0; r < R; ++r) {
           __m512 sT[16];
           Transpose16(sums[r][g][0], sT);
           for (int k = 0; k < nk; ++k) {
-            const __m512 dT =
-                _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dws[g][k])));
             acc[r] =
-                _mm512_fmadd_ps(sT[k], _mm512_mul_ps(dT, _mm512_set1_ps(xd[r][b + k])), acc[r]);
+                _mm512_fmadd_ps(sT[k], _mm512_mul_ps(dT[k], _mm512_set1_ps(xd[r][b + k])), acc[r]);
           }
         }
       }

@@ -108,12 +108,11 @@ CW_VNNI void Q6KDot(const BlockQ6_K* blocks, int64_t nsb, const RowPtrs* rp, con
   const __m512i shr_b = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const BlockQ6_K& blk = blocks[sb];
-    // Far ahead into L3 (see kPrefetchBytes), and for Q6_K also 1 KiB ahead into L1: with two
-    // threads that measured 8-10 % faster here (bench/kernels_vs_ggml 2 203520 1 14).
+    // Far ahead into L3 and near into L1 (kPrefetchBytes, kQ6KNearPrefetchBytes).
     const auto* here = reinterpret_cast<const char*>(&blk);
     CW_UNROLL for (int line = 0; line < 4; ++line) {
       _mm_prefetch(here + kPrefetchBytes + 64 * line, _MM_HINT_T2);
-      _mm_prefetch(here + 1024 + 64 * line, _MM_HINT_T0);
+      _mm_prefetch(here + kQ6KNearPrefetchBytes + 64 * line, _MM_HINT_T0);
     }
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
     // madd_epi16 multiplies the low int16 of each lane: zero the high half (scales are signed).

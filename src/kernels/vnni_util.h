@@ -30,6 +30,9 @@ namespace crossword::kernels::vnni::internal {
 // hardware prefetcher stops at 4 KiB pages. For Q8_0/Q4_0, nearer or L1 prefetches measured no
 // better or slower (bench/kernels_vs_ggml, one and two threads, AMD EPYC Zen 4); Q6_K adds one.
 constexpr int64_t kPrefetchBytes = 16384;
+// Q6_K decode rows also prefetch this far ahead into L1 (2 threads: 8-10 % faster on the head,
+// bench/kernels_vs_ggml 2 203520 1 14).
+constexpr int64_t kQ6KNearPrefetchBytes = 1024;
 
 inline int32_t Load32(const void* p) {
   int32_t v;
