@@ -266,11 +266,13 @@ class Decoder:
             if nxt is None:  # every draft accepted: bonus token from the last verify row
                 nxt = self.pick_ar(self.biased(vl[L - 1], g + L, prompt + ans + drafts))
             emitted = drafts[:c + 1]
-            res.accepted.append(c)
+            stop = next((i for i, t in enumerate(emitted) if t in self.eog), None)
+            # Drafts that matched after an end-of-generation token are never emitted, and the
+            # EOG itself is not counted either: the engine's statistic counts emitted drafts.
+            res.accepted.append(c if stop is None else stop - 1)
             res.passes.append({"kind": "draft", "round": n_round, "drafts": drafts[1:]})
             res.passes.append({"kind": "verify", "round": n_round, "committed": list(enumerate(emitted))})
             rollback(self.m, state, rec, c + 1)
-            stop = next((i for i, t in enumerate(emitted) if t in self.eog), None)
             if stop is not None:
                 ans += emitted[:stop]
                 res.stop, res.eog_token = "eog", emitted[stop]

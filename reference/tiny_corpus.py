@@ -48,50 +48,98 @@ CITIES = ["Lisbon", "Oslo", "Paris", "Berlin", "Madrid", "Rome", "Vienna", "Dubl
           "Warsaw", "Athens", "Cairo", "Tokyo", "Seoul", "Lima", "Ottawa", "Nairobi", "Helsinki"]
 SKIES = ["sunny", "cloudy", "rainy", "windy", "foggy", "snowy"]
 
-# Train and held-out phrasings: held-out ones never appear in training.
+# Train and held-out phrasings: held-out sentences never appear in training (test_tiny.py checks the
+# wrapped training phrasings too). Training has many sentence shapes per family, built from common
+# synonyms (follows / precedes, sum / product, take away, ...), so that a 5 M-parameter model learns
+# to read the relation and the entity rather than memorise a handful of sentences.
 Q = {
     "capital": (["What is the capital of {c}?", "What's the capital city of {c}?", "Tell me the capital of {c}.",
                  "Name the capital of {c}.", "{C}: what is its capital?", "I need the capital of {c}, please.",
                  "Capital of {c}?", "Do you know the capital of {c}?", "What is the capital of {c}? One word.",
-                 "Name the capital city of {c}. One word."],
+                 "Name the capital city of {c}. One word.", "Which city is the capital of {c}?",
+                 "The capital of {c} is which city?", "What city serves as {c}'s capital?"],
                 ["Which city serves as the capital of {c}?", "What city is the capital of {c}? Answer in one word."]),
     "plus": (["What is {a} plus {b}?", "What is {a} + {b}?", "Add {a} and {b}.", "Compute {a} + {b}.",
-              "How much is {a} plus {b}?", "Find the sum: {a} + {b}."],
+              "How much is {a} plus {b}?", "Find the sum: {a} + {b}.", "Give me the sum of {a} and {b}.",
+              "Work out {a} plus {b}.", "{a} plus {b} equals what?", "Add {b} to {a}.",
+              "Tell me the sum of {a} and {b}.", "Please compute {a} plus {b}."],
              ["Calculate {a} plus {b}.", "What is the sum of {a} and {b}?"]),
     "minus": (["What is {a} minus {b}?", "What is {a} - {b}?", "Subtract {b} from {a}.", "Compute {a} - {b}.",
-               "How much is {a} minus {b}?"],
+               "How much is {a} minus {b}?", "Take {b} away from {a}. What is left?", "Work out {a} minus {b}.",
+               "If you take {b} away from {a}, how many are left?", "{a} minus {b} equals what?",
+               "What remains when {b} is taken from {a}?", "Please compute {a} minus {b}."],
               ["Calculate {a} minus {b}.", "What do you get when you take {b} away from {a}?"]),
     "times": (["What is {a} times {b}?", "What is {a} * {b}?", "Multiply {a} by {b}.", "Compute {a} * {b}.",
-               "How much is {a} times {b}?", "Find the product: {a} * {b}."],
+               "How much is {a} times {b}?", "Find the product: {a} * {b}.", "Give me the product of {a} and {b}.",
+               "Multiply {a} and {b}.", "Work out {a} times {b}.", "{a} times {b} equals what?",
+               "Tell me the product of {a} and {b}.", "Please compute {a} times {b}."],
               ["Calculate {a} times {b}.", "What is the product of {a} and {b}?"]),
     "next_day": (["What day comes after {d}?", "What is the day after {d}?", "Which day is after {d}?",
-                  "If today is {d}, what day is tomorrow?"],
+                  "If today is {d}, what day is tomorrow?", "Name the day that follows {d}.",
+                  "{D} is followed by which day?", "It is {d} today. Which day is tomorrow?",
+                  "Tell me the day after {d}.", "After {d}, which day comes next?",
+                  "What day is tomorrow if today is {d}?"],
                  ["Which day follows {d}?", "Today is {d}. What will tomorrow be?"]),
     "prev_day": (["What day comes before {d}?", "What is the day before {d}?", "Which day is before {d}?",
-                  "If today is {d}, what day was yesterday?"],
+                  "If today is {d}, what day was yesterday?", "Name the day that precedes {d}.",
+                  "{D} is preceded by which day?", "It is {d} today. Which day was yesterday?",
+                  "Tell me the day before {d}.", "Before {d}, which day comes?",
+                  "What day was yesterday if today is {d}?"],
                  ["Which day precedes {d}?", "Today is {d}. What was yesterday?"]),
-    "next_month": (["What month comes after {m}?", "What is the month after {m}?", "Which month is after {m}?"],
+    "next_month": (["What month comes after {m}?", "What is the month after {m}?", "Which month is after {m}?",
+                    "Name the month that follows {m}.", "{M} is followed by which month?",
+                    "Tell me the month after {m}.", "After {m}, which month comes next?",
+                    "If this month is {m}, what is next month?"],
                    ["Which month follows {m}?"]),
-    "month_days": (["How many days are in {m}?", "How many days does {m} have?", "Number of days in {m}?"],
+    "month_days": (["How many days are in {m}?", "How many days does {m} have?", "Number of days in {m}?",
+                    "How many days long is {m}?", "What is the length of {m} in days?",
+                    "Tell me how many days {m} has.", "{M}: how many days?", "How many days does {m} last?"],
                    ["How long is {m} in days?", "{M} has how many days?"]),
-    "month_num": (["What is the {o} month of the year?", "Which month is the {o} month?", "Name the {o} month."],
+    "month_num": (["What is the {o} month of the year?", "Which month is the {o} month?", "Name the {o} month.",
+                   "Tell me the {o} month of the year.", "In the calendar, which month is {o}?",
+                   "What month is {o} in the year?", "Which month is month number {n}?"],
                   ["Which month comes {o} in the year?"]),
     "json": (["Turn these orders into a JSON array: {orders}", "Convert these dispatch orders to JSON: {orders}",
-              "Give me a JSON array for these orders: {orders}", "Write these drone orders as JSON: {orders}"],
+              "Give me a JSON array for these orders: {orders}", "Write these drone orders as JSON: {orders}",
+              "Format these orders as a JSON array: {orders}", "Output these dispatch orders as JSON: {orders}",
+              "As JSON, please: {orders}", "I have some orders. Write them as a JSON array: {orders}"],
              ["Please output the following dispatch orders as a JSON array: {orders}",
               "Here are some orders, as JSON please: {orders}"]),
     "weather": (["What's the weather in {x}?", "What is the weather like in {x}?", "Check the weather in {x}.",
-                 "How is the weather in {x}?"],
+                 "How is the weather in {x}?", "Is it cold in {x} right now?", "What's it like outside in {x}?",
+                 "Current weather for {x}, please.", "Weather report for {x}?", "How warm is it in {x} today?",
+                 "Is it raining in {x}?"],
                 ["Tell me the current weather for {x}.", "Is it nice outside in {x} right now?"]),
-    "warmer": (["Is it warmer in {x} or in {y}?", "Which is warmer right now, {x} or {y}?"],
+    "warmer": (["Is it warmer in {x} or in {y}?", "Which is warmer right now, {x} or {y}?",
+                "Which city is warmer today, {x} or {y}?", "Is {x} or {y} warmer right now?",
+                "Compare the weather in {x} and {y}: which is warmer?"],
                ["Where is it warmer today: {x} or {y}?"]),
 }
+# Optional openings and endings of training questions (never of held-out ones).
+PREFIXES = ["", "", "", "Quick question: ", "Please tell me: ", "Hey! ", "Question: ", "I have a question. "]
+SUFFIXES = ["", "", "", " Thanks!", " Please be brief.", " Answer briefly."]
+
+
+def train_phrasings(kind: str):
+    """Every training sentence shape of a family: its templates with each opening and ending."""
+    return {p + t + s for t in Q[kind][0] for p in PREFIXES for s in SUFFIXES}
+
+
+def phrase(rng, kind: str, held_out: bool) -> str:
+    if held_out:
+        return rng.choice(Q[kind][1])
+    return rng.choice(PREFIXES) + rng.choice(Q[kind][0]) + rng.choice(SUFFIXES)
+
+
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}},
                    "required": ["city"]}}}
 # Share of each fact family kept in the held-out set (it is evaluated in every mode).
 HELD_OUT_FRACTION = {"plus": 0.12, "minus": 0.08, "times": 0.2, "capital": 0.67}
+# Training copies per family: (use every k-th pass, examples per fact in that pass).
+TRAIN_COPIES = {"plus": (3, 1), "minus": (4, 1), "times": (3, 1), "capital": (2, 1), "next_day": (1, 3),
+                "prev_day": (1, 3), "next_month": (1, 2), "month_days": (1, 2), "month_num": (1, 2)}
 GREETINGS = [("Hello!", "Hello! How can I help you today?"), ("Hi there.", "Hi! What can I do for you?"),
              ("Good morning!", "Good morning! How can I help?"), ("Thanks!", "You are welcome!"),
              ("Who are you?", "I am a tiny Clover model, trained to answer short questions."),
@@ -161,14 +209,14 @@ def fact_items(rng):
                 f"The user wants {a} times {b}. {a} * {b} = {a * b}.", str(a * b)
     for i, d in enumerate(DAYS):
         n, p = DAYS[(i + 1) % 7], DAYS[i - 1]
-        yield "next_day", dict(d=d), f"The day after {d} is {n}.", f"The day after {d} is {n}.", n
-        yield "prev_day", dict(d=d), f"The day before {d} is {p}.", f"The day before {d} is {p}.", p
+        yield "next_day", dict(d=d, D=d), f"The day after {d} is {n}.", f"The day after {d} is {n}.", n
+        yield "prev_day", dict(d=d, D=d), f"The day before {d} is {p}.", f"The day before {d} is {p}.", p
     for i, m in enumerate(MONTHS):
         n = MONTHS[(i + 1) % 12]
-        yield "next_month", dict(m=m), f"The month after {m} is {n}.", f"The month after {m} is {n}.", n
+        yield "next_month", dict(m=m, M=m), f"The month after {m} is {n}.", f"The month after {m} is {n}.", n
         yield "month_days", dict(m=m, M=m), f"{m} has {MONTH_DAYS[i]} days.", \
             f"{m} has {MONTH_DAYS[i]} days.", str(MONTH_DAYS[i])
-        yield "month_num", dict(o=ORDINALS[i]), f"The {ORDINALS[i]} month of the year is {m}.", \
+        yield "month_num", dict(o=ORDINALS[i], n=i + 1), f"The {ORDINALS[i]} month of the year is {m}.", \
             f"Month number {i + 1} is {m}.", m
 
 
@@ -178,7 +226,6 @@ def one_word(q: str, answer: str, expected: str) -> str:
 
 def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
     """Training (held_out False) or held-out records: {"prompt", "answer", "kind", "expected"}."""
-    idx = 1 if held_out else 0
     out = []
 
     def add(kind, messages, thinking, expected, tools=None):
@@ -194,18 +241,24 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
 
     for rep in range(repeats):
         for kind, f, answer, thought, expected in fact_items(rng):
-            # Fewer passes over the big arithmetic tables than over capitals, days and months.
-            if kind in ("plus", "minus", "times") and rep % 3 != 0 and not held_out:
-                continue
             if held_out and rng.random() > HELD_OUT_FRACTION.get(kind, 1.0):
                 continue
-            q = rng.choice(Q[kind][idx]).format(**f)
-            thinking = rng.random() < 0.5
-            add(kind, conv(q, one_word(q, answer, expected), thought, thinking), thinking, expected)
+            # Fewer passes over the big arithmetic tables and the capitals than over the small day and
+            # month families, which get several phrasings per pass.
+            copies = 1 if held_out else TRAIN_COPIES.get(kind, (1, 1))
+            if not held_out:
+                every, n = copies
+                if rep % every != 0:
+                    continue
+                copies = n
+            for _ in range(copies):
+                q = phrase(rng, kind, held_out).format(**f)
+                thinking = rng.random() < 0.5
+                add(kind, conv(q, one_word(q, answer, expected), thought, thinking), thinking, expected)
         for _ in range(10 if held_out else 30):
             n = rng.randint(1, 4)
             text, orders = orders_text(rng, n)
-            q = rng.choice(Q["json"][idx]).format(orders=text)
+            q = phrase(rng, "json", held_out).format(orders=text)
             js = json.dumps(orders, ensure_ascii=False)
             thinking = rng.random() < 0.5
             thought = f"There {'is' if n == 1 else 'are'} {n} order{'s' if n > 1 else ''}. I write one object per order."
@@ -213,7 +266,7 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
         # Tool turns carry a ~230-token system prompt: few of them keep training affordable.
         for _ in range(10):
             x = rng.choice(CITIES)
-            q = rng.choice(Q["weather"][idx]).format(x=x)
+            q = phrase(rng, "weather", held_out).format(x=x)
             thinking = rng.random() < 0.5
             call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": x}}}
             msgs = [{"role": "user", "content": q},
@@ -221,7 +274,7 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
             if thinking:
                 msgs[-1]["reasoning_content"] = f"The user asks about the weather in {x}. I call get_weather."
             add("weather_call", msgs, thinking, json.dumps({"get_weather": [x]}), tools=[WEATHER_TOOL])
-            if not held_out and rng.random() < 0.5:  # the answer after the tool result (training only)
+            if not held_out and rng.random() < 0.25:  # the answer after the tool result (training only)
                 t, sky = rng.randint(-5, 35), rng.choice(SKIES)
                 res = json.dumps({"city": x, "temp_c": t, "sky": sky})
                 msgs2 = msgs + [{"role": "tool", "content": res},
@@ -231,7 +284,7 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
                 add("weather_answer", msgs2, thinking, str(t), tools=[WEATHER_TOOL])
         for _ in range(5):
             x, y = rng.sample(CITIES, 2)
-            q = rng.choice(Q["warmer"][idx]).format(x=x, y=y)
+            q = phrase(rng, "warmer", held_out).format(x=x, y=y)
             thinking = rng.random() < 0.5
             calls = [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": c}}}
                      for c in (x, y)]

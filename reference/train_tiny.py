@@ -207,7 +207,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--tokens-per-batch", type=int, default=3072)
-    ap.add_argument("--text-ratio", type=float, default=0.15, help="plain-text batches per chat batch")
+    ap.add_argument("--text-ratio", type=float, default=0.10, help="plain-text batches per chat batch")
     ap.add_argument("--diff-weight", type=float, default=1.0)
     ap.add_argument("--prompt-weight", type=float, default=0.0, help="AR loss weight of chat prompt tokens")
     ap.add_argument("--type", default="Q8_0", choices=["Q8_0", "F16", "F32"])
