@@ -245,12 +245,9 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
                 continue
             # Fewer passes over the big arithmetic tables and the capitals than over the small day and
             # month families, which get several phrasings per pass.
-            copies = 1 if held_out else TRAIN_COPIES.get(kind, (1, 1))
-            if not held_out:
-                every, n = copies
-                if rep % every != 0:
-                    continue
-                copies = n
+            every, copies = (1, 1) if held_out else TRAIN_COPIES.get(kind, (1, 1))
+            if rep % every != 0:
+                continue
             for _ in range(copies):
                 q = phrase(rng, kind, held_out).format(**f)
                 thinking = rng.random() < 0.5
