@@ -24,6 +24,8 @@ class Config:
     dllm_biases: bool = True        # Clover's length / think-end logit ramps
     length_penalty: tuple = (10.0, 8192, 8192)   # (value, start, window) towards EOG
     think_end_bias: tuple = (10.0, 4096, 4096)   # (value, start, window) towards </think>
+    draft_max: int = 0              # spec: drafts per round at most (0: block size - 1)
+    draft_p_min: float = 0.0        # spec: verify only the leading drafts whose top confidence >= this
 
 
 @dataclasses.dataclass
@@ -111,6 +113,12 @@ class Decoder:
             tok = int(torch.multinomial(q, 1, generator=self.gen))
         return tok, float(probs[tok]), q
 
+    def top_confidence(self, row: torch.Tensor) -> float:
+        """Softmax probability (full vocabulary) of the row's best non-mask token."""
+        excl = row.clone()
+        excl[self.hp.mask_token_id] = float("-inf")
+        return float(torch.softmax(row, -1)[int(torch.argmax(excl))])
+
     # -- helpers ---------------------------------------------------------------------------
 
     def _limit(self, n_prompt: int) -> int:
@@ -168,7 +176,7 @@ class Decoder:
                 res.stop, res.eog_token = "eog", seed
                 break
             g = len(ans)
-            L = min(self.B, limit - g)  # the last block may be shorter (max_tokens / context)
+            L = min(self.B, self.cfg.draft_max + 1 if self.cfg.draft_max else self.B, limit - g)  # the last block may be shorter (max_tokens / context)
             block = [seed] + [mask] * (L - 1)
             masked = set(range(1, L))
             end = None
@@ -233,21 +241,27 @@ class Decoder:
                 res.stop, res.eog_token = "eog", seed
                 break
             g = len(ans)
-            L = min(self.B, limit - g)
+            L = min(self.B, self.cfg.draft_max + 1 if self.cfg.draft_max else self.B, limit - g)
             if L == 1:  # no room for drafts: the seed is the last token
                 ans.append(seed)
                 break
             dl = forward(self.m, state, [seed] + [mask] * (L - 1), "denoise")
             drafts, qs = [seed], [None]
             for j in range(1, L):  # every draft slot is masked: the history ends at the seed
-                tok, _, q = self.candidate(self.biased(dl[j - 1], g + j, prompt + ans + [seed]))
+                row = self.biased(dl[j - 1], g + j, prompt + ans + [seed])
+                # Like llama.cpp's --draft-p-min, the draft ends before its first slot whose top
+                # candidate is unsure; the verify pass then runs only rows likely to be accepted.
+                if self.cfg.draft_p_min > 0 and self.top_confidence(row) < self.cfg.draft_p_min:
+                    break
+                tok, _, q = self.candidate(row)
                 drafts.append(tok)
                 qs.append(q)
+            V = len(drafts)  # verified rows: the seed and the kept drafts
             rec = VerifyRecord()
             vl = forward(self.m, state, drafts, "causal", rec)
             res.forward_passes += 2
             c, nxt = 0, None
-            while c < L - 1:
+            while c < V - 1:
                 row = self.biased(vl[c], g + c + 1, prompt + ans + drafts[:c + 1])
                 d = drafts[c + 1]
                 if greedy:
@@ -264,13 +278,13 @@ class Decoder:
                         break
                 c += 1
             if nxt is None:  # every draft accepted: bonus token from the last verify row
-                nxt = self.pick_ar(self.biased(vl[L - 1], g + L, prompt + ans + drafts))
+                nxt = self.pick_ar(self.biased(vl[V - 1], g + V, prompt + ans + drafts))
             emitted = drafts[:c + 1]
             stop = next((i for i, t in enumerate(emitted) if t in self.eog), None)
             # Drafts that matched after an end-of-generation token are never emitted, and the
             # EOG itself is not counted either: the engine's statistic counts emitted drafts.
             res.accepted.append(c if stop is None else stop - 1)
-            res.passes.append({"kind": "draft", "round": n_round, "drafts": drafts[1:]})
+            res.passes.append({"kind": "draft", "round": n_round, "drafts": drafts[1:], "verified": V})
             res.passes.append({"kind": "verify", "round": n_round, "committed": list(enumerate(emitted))})
             rollback(self.m, state, rec, c + 1)
             if stop is not None:

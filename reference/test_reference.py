@@ -269,6 +269,22 @@ class DecodeTest(unittest.TestCase):
                 if sp.stop == "limit":  # rounds emit c + 1 tokens; a last 1-slot block adds the seed
                     self.assertIn(len(sp.tokens) - sum(c + 1 for c in sp.accepted), (0, 1))
 
+    def test_spec_with_draft_cuts_equals_ar(self):
+        # Shorter drafts (draft_max) and verify cuts (draft_p_min) change rounds, never tokens.
+        cut = 0
+        for i, p in enumerate(self.prompts):
+            ar = decode.Decoder(self.m, decode.Config(max_tokens=30)).ar(p)
+            for dm, pm in [(3, 0.0), (0, 0.01), (5, 0.003), (0, 1.0)]:
+                sp = decode.Decoder(self.m, decode.Config(max_tokens=30, block_size=8, draft_max=dm,
+                                                          draft_p_min=pm)).spec(p)
+                self.assertEqual(ar.tokens, sp.tokens, f"prompt {i} draft_max {dm} p_min {pm}")
+                verified = [x["verified"] for x in sp.passes if x["kind"] == "draft"]
+                self.assertTrue(all(v <= (dm + 1 if dm else 8) for v in verified))
+                if pm == 1.0:
+                    self.assertLessEqual(set(verified), {1})  # no draft is that sure: the seed alone
+                cut += pm > 0 and any(1 < v < 8 for v in verified)
+        self.assertGreater(cut, 0, "no verify pass was cut between the seed and the full block")
+
     def test_spec_equals_ar_near_context_limit(self):
         m = model.Model.load(tiny_file("tiny_ctx.gguf", n_ctx=40))
         full = 0

@@ -38,6 +38,9 @@ void DecodeFlags::Add(CLI::App* cmd) {
   cmd->add_option("--mode", mode, "decoding mode: ar, diffusion or spec")->capture_default_str();
   cmd->add_option("--block-size", block_size, "diffusion block / spec draft length (default: from the model, 32)");
   cmd->add_option("--threshold", threshold, "diffusion commit threshold (default: from the model, 0.95)");
+  cmd->add_option("--draft-max", draft_max, "spec: drafts per round at most (0: block size - 1)");
+  cmd->add_option("--draft-p-min", draft_p_min,
+                  "spec: verify only the leading drafts whose probability is >= this (0: all)");
   cmd->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->capture_default_str();
   cmd->add_option("--temp,--temperature", temperature, "sampling temperature (0 = greedy, the default)");
   cmd->add_option("--top-k", top_k, "top-k sampling (0 = off)");
@@ -54,6 +57,14 @@ decode::DecodeParams DecodeFlags::Apply(decode::DecodeParams p) const {
   p.mode = decode::ParseMode(mode);
   if (block_size != 0) p.block_size = block_size;
   if (threshold != 0) p.threshold = static_cast<float>(threshold);
+  if (draft_max) {
+    if (*draft_max < 0 || *draft_max > 255) Fail("--draft-max must be in [0, 255] (got {})", *draft_max);
+    p.draft_max = *draft_max;
+  }
+  if (draft_p_min) {
+    if (!(*draft_p_min >= 0 && *draft_p_min <= 1)) Fail("--draft-p-min must be in [0, 1] (got {})", *draft_p_min);
+    p.draft_p_min = static_cast<float>(*draft_p_min);
+  }
   if (n_predict < 1) Fail("-n must be >= 1 (got {})", n_predict);
   p.max_tokens = n_predict;
   if (temperature) p.sampling.temperature = static_cast<float>(*temperature);

@@ -120,8 +120,12 @@ void Run(const RunFlags& f) {
       for (size_t k = 0; k < st.accepted_hist.size(); ++k) {
         if (st.accepted_hist[k]) hist += fmt::format(" {}:{}", k, st.accepted_hist[k]);
       }
-      std::fprintf(stderr, "crossword: spec rounds %lld, mean accepted drafts %.2f, histogram (accepted:rounds)%s\n",
-                   static_cast<long long>(st.rounds), st.mean_accepted(), hist.c_str());
+      std::fprintf(stderr,
+                   "crossword: spec rounds %lld, mean accepted drafts %.2f, verified tokens per round %.2f, "
+                   "histogram (accepted:rounds)%s\n",
+                   static_cast<long long>(st.rounds), st.mean_accepted(),
+                   st.rounds ? static_cast<double>(st.verify_rows) / static_cast<double>(st.rounds) : 0.0,
+                   hist.c_str());
     }
   }
 }

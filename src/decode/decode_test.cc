@@ -221,6 +221,7 @@ TEST_P(SpecEqualsArTyped, ManyPromptsAndLengths) {
   const int32_t mask = f.model->hparams().n_vocab - 1;
   std::mt19937 rng(7);
   int eog_hits = 0;
+  int64_t cut_rows = 0;
   for (int i = 0; i < n_prompts; ++i) {
     std::vector<int32_t> prompt(3 + rng() % 40);
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % 1500);
@@ -238,14 +239,27 @@ TEST_P(SpecEqualsArTyped, ManyPromptsAndLengths) {
     }
     DecodeParams sp = ar;
     sp.mode = Mode::kSpec;
+    // Shorter drafts and verify cuts (random weights: top probabilities mostly ~0.001-0.05; 1.0
+    // keeps no draft) only change how many drafts a round tries, never the output.
+    sp.draft_max = (i % 5 == 1) ? 5 : (i % 5 == 3) ? 40 : 0;
+    sp.draft_p_min = (i % 4 == 1) ? 0.002f : (i % 4 == 2) ? 0.01f : (i % 4 == 3) ? 1.0f : 0.0f;
     DecodeStats st;
-    ASSERT_EQ(Run1(f, prompt, sp, &st), want) << type << " prompt " << i << ", max_tokens " << max_tokens << ", block " << block;
+    ASSERT_EQ(Run1(f, prompt, sp, &st), want) << type << " prompt " << i << ", max_tokens " << max_tokens
+                                              << ", block " << block << ", draft_max " << sp.draft_max
+                                              << ", draft_p_min " << sp.draft_p_min;
+    const int64_t round_len = sp.draft_max > 0 ? std::min(block, sp.draft_max + 1) : block;
+    ASSERT_LE(st.verify_rows, st.rounds * round_len);
+    if (sp.draft_p_min == 1.0f) {
+      ASSERT_EQ(st.verify_rows, st.rounds) << "a cut above every draft verifies the seed only";
+    }
+    if (sp.draft_p_min > 0.0f) cut_rows += st.rounds * round_len - st.verify_rows;
     // Every counted round ran its draft and verify (a block cut at its seed is not a round).
     const int64_t hist_rounds = std::accumulate(st.accepted_hist.begin(), st.accepted_hist.end(), int64_t{0});
     ASSERT_EQ(st.rounds, hist_rounds) << "prompt " << i;
     ASSERT_EQ(st.denoise_passes, st.rounds);
   }
   EXPECT_GT(eog_hits, n_prompts / 5);
+  EXPECT_GT(cut_rows, 0) << "no verify pass was shortened";
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, SpecEqualsArTyped,
@@ -375,6 +389,7 @@ TEST(SpecSampling, OutputDistributionEqualsArSampling) {
     const auto a = Run1(f, prompt, p);
     p.mode = Mode::kSpec;
     p.sampling.seed = 50000 + s;
+    p.draft_p_min = (s % 2) ? 0.02f : 0.0f;  // a verify cut keeps the distribution too
     const auto b = Run1(f, prompt, p);
     ASSERT_EQ(a.size(), 3u);
     ASSERT_EQ(b.size(), 3u);

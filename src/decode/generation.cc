@@ -75,6 +75,10 @@ Generation::Generation(const model::Model& model, model::SequenceState& state, s
   if (params_.mode != Mode::kAr) {
     if (params_.block_size < 2 || params_.block_size > 256) Fail("block size {} is not in [2, 256]", params_.block_size);
     if (!(params_.threshold > 0.0f && params_.threshold <= 1.0f)) Fail("threshold {} is not in (0, 1]", params_.threshold);
+    if (params_.draft_max < 0 || params_.draft_max > 255) Fail("draft_max {} is not in [0, 255]", params_.draft_max);
+    if (!(params_.draft_p_min >= 0.0f && params_.draft_p_min <= 1.0f)) {
+      Fail("draft_p_min {} is not in [0, 1]", params_.draft_p_min);
+    }
     if (params_.mask_id < 0 || params_.mask_id >= n_vocab_) {
       Fail("{} mode needs a mask token (tokenizer.ggml.mask_token_id); this model has none", ModeName(params_.mode));
     }
@@ -180,7 +184,8 @@ model::SequenceInput Generation::NextInput() {
       input_ = block_;
       break;
     case Phase::kVerify:
-      input_ = block_;
+      input_.assign(block_.begin(), block_.begin() + verify_len_);
+      stats_.verify_rows += verify_len_;
       in.logits = model::LogitRows::kAll;
       in.record = true;
       break;
@@ -259,7 +264,9 @@ void Generation::OnPrefill(std::span<const float> logits) {
 
 void Generation::StartBlock(int32_t seed) {
   phase_ = params_.mode == Mode::kDiffusion ? Phase::kDenoise : Phase::kDraft;
-  block_len_ = std::min<int64_t>(params_.block_size, limit_ - stats_.generated);
+  int64_t len = params_.block_size;
+  if (params_.mode == Mode::kSpec && params_.draft_max > 0) len = std::min<int64_t>(len, params_.draft_max + 1);
+  block_len_ = std::min<int64_t>(len, limit_ - stats_.generated);
   block_.assign(1, seed);
   block_.resize(block_len_, params_.mask_id);
   masked_.assign(block_.size(), 1);
@@ -318,10 +325,18 @@ void Generation::OnDenoise(std::span<const float> logits) {
 void Generation::OnDraft(std::span<const float> logits) {
   const int64_t B = block_len_;
   const int64_t gen0 = stats_.generated - 1;  // the seed is emitted already
+  verify_len_ = B;
   for (int64_t j = 1; j < B; ++j) {
     std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j);
+    const int32_t top = Sampler::ArgMax(p, params_.mask_id);
+    // The draft ends before its first unsure slot: later slots are rarely accepted, and every
+    // verified row costs the verify pass as much as a row that is accepted.
+    if (params_.draft_p_min > 0.0f && SoftmaxProb(p, top) < params_.draft_p_min) {
+      verify_len_ = j;
+      break;
+    }
     if (params_.sampling.greedy()) {
-      block_[j] = Sampler::ArgMax(p, params_.mask_id);
+      block_[j] = top;
     } else {
       p[params_.mask_id] = -std::numeric_limits<float>::infinity();
       auto q = sampler_.Probabilities(p);
@@ -351,7 +366,7 @@ float ProbOf(std::span<const std::pair<int32_t, float>> dist, int32_t token) {
 }  // namespace
 
 void Generation::OnVerify(std::span<const float> logits, ThreadPool& pool) {
-  const int64_t B = block_len_;
+  const int64_t B = verify_len_;
   const int64_t gen0 = stats_.generated - 1;  // index of the seed among generated tokens
   int64_t accepted = 0;
   int32_t bonus = -1;

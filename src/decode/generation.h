@@ -34,6 +34,15 @@ struct DecodeParams {
   Mode mode = Mode::kAr;
   int block_size = 32;      ///< diffusion block / spec draft length B (>= 2)
   float threshold = 0.95f;  ///< diffusion commit threshold τ in (0, 1]
+  /// Spec: drafts per round at most, in [0, 255]; a round drafts [seed, MASK x d] in one
+  /// denoise pass with d = min(draft_max, block_size - 1) (0: block_size - 1). As llama.cpp's
+  /// --draft-max.
+  int draft_max = 0;
+  /// Spec: the verify pass takes the seed and the leading drafts whose confidence (softmax
+  /// probability of the drafted token) is >= draft_p_min, in [0, 1]; 0 verifies every draft.
+  /// Output is unchanged (verification stays exact); only the verify pass gets shorter
+  /// (llama.cpp's --draft-p-min, which stops a sequential draft at its first unsure token).
+  float draft_p_min = 0.0f;
   int64_t max_tokens = 256;  ///< generated tokens at most (>= 1)
   SamplingParams sampling;
   int64_t prefill_chunk = 512;  ///< prompt tokens per forward pass
@@ -63,6 +72,7 @@ struct DecodeStats {
   int64_t commit_passes = 0;    ///< diffusion commit passes and spec verify passes
   int64_t rounds = 0;           ///< spec rounds / diffusion blocks
   std::vector<int64_t> accepted_hist;  ///< spec: rounds that accepted k drafts (index k)
+  int64_t verify_rows = 0;      ///< spec: tokens of all verify passes (seed + drafts kept)
   double prefill_seconds = 0, ar_seconds = 0, denoise_seconds = 0, commit_seconds = 0;
   double first_token_seconds = 0;  ///< from Start() to the first emitted token
   int64_t forward_passes() const { return ar_passes + denoise_passes + commit_passes; }
@@ -141,6 +151,7 @@ class Generation {
   std::vector<uint8_t> masked_;    // diffusion: slot still masked
   int64_t block_emitted_ = 0;      // diffusion: leading slots already emitted
   int64_t block_len_ = 0;
+  int64_t verify_len_ = 0;         // spec: rows of the verify pass (seed + kept drafts)
   std::vector<float> row_;         // processed logits scratch (n_vocab)
   std::vector<float> draft_q_;     // spec sampling: draft probabilities of the draft tokens
   std::vector<std::vector<std::pair<int32_t, float>>> draft_dist_;  // spec sampling: q per slot

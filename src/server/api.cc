@@ -148,6 +148,10 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
     if (t <= 0.0) BadRequest(prefix + "threshold", "'" + prefix + "threshold' must be in (0, 1]");
     p.threshold = static_cast<float>(t);
   }
+  if (const json* v = Field(obj, "draft_max"))
+    p.draft_max = static_cast<int>(Integer(*v, prefix + "draft_max", 0, 255));
+  if (const json* v = Field(obj, "draft_p_min"))
+    p.draft_p_min = static_cast<float>(Number(*v, prefix + "draft_p_min", 0.0, 1.0));
 }
 
 void ParseGenerationFields(const json& body, const RequestDefaults& defaults,

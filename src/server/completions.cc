@@ -57,7 +57,8 @@ json TimingsJson(const Exchange& ex, decode::Mode mode) {
       {"forward_passes", o.stats.forward_passes()},
       {"tokens_per_pass", o.stats.tokens_per_pass()},
       {"rounds", o.stats.rounds},
-      {"mean_accepted", o.stats.mean_accepted()}};
+      {"mean_accepted", o.stats.mean_accepted()},
+      {"verify_rows", o.stats.verify_rows}};
 }
 
 std::string FinishReasonText(const Exchange& ex, int n_calls) {

@@ -223,7 +223,7 @@ TEST(Api, NormalizesMessagesAndAppliesFields) {
         "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
       {"role": "tool", "tool_call_id": "c1", "content": "cold"}],
     "max_completion_tokens": 7, "temperature": 0.5, "seed": 3, "stop": "END", "top_k": 5,
-    "crossword": {"mode": "spec", "block_size": 8}, "chat_template_kwargs": {"enable_thinking": false},
+    "crossword": {"mode": "spec", "block_size": 8, "draft_max": 5, "draft_p_min": 0.25}, "chat_template_kwargs": {"enable_thinking": false},
     "stream": true, "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2})"),
                                          Defaults());
   EXPECT_EQ(r.messages[0]["role"], "system");
@@ -238,6 +238,8 @@ TEST(Api, NormalizesMessagesAndAppliesFields) {
   EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
   EXPECT_EQ(r.params.mode, decode::Mode::kSpec);
   EXPECT_EQ(r.params.block_size, 8);
+  EXPECT_EQ(r.params.draft_max, 5);
+  EXPECT_FLOAT_EQ(r.params.draft_p_min, 0.25f);
   EXPECT_EQ(r.kwargs["enable_thinking"], false);
   EXPECT_TRUE(r.stream && r.include_usage);
   EXPECT_EQ(r.logprobs, 2);
@@ -259,6 +261,10 @@ TEST(Api, RejectsBadFieldsNamingThem) {
       "tool_choice");
   EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "threshold": 0})"),
             "threshold");
+  EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "draft_max": -1})"),
+            "draft_max");
+  EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "crossword": {"draft_p_min": 1.5}})"),
+            "crossword.draft_p_min");
   EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"-1": 2}})"),
             "logit_bias.-1");
   EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "whatever": [1]})"),
