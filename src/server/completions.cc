@@ -205,7 +205,9 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
       }
       for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
     }
-    ex->cv.notify_all();
+    // Only a streaming reader has a use for new deltas; waking a non-streaming one per token
+    // costs a futex call and a context switch per token on a machine whose cores are computing.
+    if (ex->streaming && !ex->scratch.empty()) ex->cv.notify_all();
     return go;
   };
   sr.on_done = [this, ex](const engine::RequestOutcome& o) {
@@ -294,6 +296,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
   ex->prompt = job.prompt;
   ex->params = params;
   ex->use_cache = job.gen.cache_prompt;
+  ex->streaming = job.gen.stream;
   ex->top_logprobs = job.gen.logprobs;
   ex->submitted = Clock::now();
   try {

@@ -52,6 +52,7 @@ struct Exchange {
   std::vector<int32_t> prompt;  // prompt of the running part
   decode::DecodeParams params;  // its parameters
   bool use_cache = true;
+  bool streaming = false;  // the HTTP thread waits for deltas (else only for `done`)
   int top_logprobs = -1;
   engine::RequestOutcome first;  // outcome of the part before a continuation
   bool continued = false;
