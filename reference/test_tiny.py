@@ -84,6 +84,16 @@ class CheckerTest(unittest.TestCase):
         self.assertFalse(eval_tiny.is_correct("weather_call", call, json.dumps({"get_weather": ["Rome"]})))
 
 
+    def test_spec_draft_limits_are_the_engines_defaults(self):
+        # The reference evaluation's spec mode must decode as the engine does by default.
+        import re
+        with open(os.path.join(os.path.dirname(__file__), "..", "src", "engine", "engine.h")) as f:
+            h = f.read()
+        dm = int(re.search(r"kDefaultDraftMax = (\d+);", h).group(1))
+        pm = float(re.search(r"kDefaultDraftPMin = ([0-9.]+)f;", h).group(1))
+        self.assertEqual(eval_tiny.SPEC_DRAFT, {"draft_max": dm, "draft_p_min": pm})
+
+
 class BatchTest(unittest.TestCase):
     def test_collate_masks_answer_blocks_only(self):
         vocab = bpe.train(TEXTS, 256 + len(bpe.SPECIAL_TOKENS) + 10)

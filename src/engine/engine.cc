@@ -163,6 +163,11 @@ decode::DecodeParams Engine::DefaultDecodeParams() const {
   p.think_start_id = sp.think.value_or(-1);
   p.think_end_id = sp.think_end.value_or(-1);
   p.dllm_biases = hp.arch == "clover_moe";
+  // Spec rounds draft at most kDefaultDraftMax tokens and verify only the leading drafts whose
+  // probability reaches kDefaultDraftPMin: measured faster than 31 drafts verified in full on the
+  // tiny model (README) while the output stays AR's.
+  p.draft_max = kDefaultDraftMax;
+  p.draft_p_min = kDefaultDraftPMin;
   return p;
 }
 
