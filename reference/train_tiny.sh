@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make train-tiny`: corpus -> BPE vocabulary -> joint AR + diffusion training -> GGUF (official
-# layout, Q8_0) -> held-out evaluation in every mode. Fixed seeds; see docs/reference.md.
+# layout, Q8_0) -> held-out evaluation in every mode with the engine -> self-check and goldens.
+# Fixed seeds; see docs/reference.md.
 # Usage: reference/train_tiny.sh BUILD_DIR [extra train_tiny.py args]
 set -euo pipefail
 build=${1:?usage: train_tiny.sh BUILD_DIR [train args]}
@@ -24,10 +25,10 @@ rm -f "$work/checkpoint2.pt"
 $py "$root/reference/train_tiny.py" --corpus "$work" --out "$root/models/clover-tiny.gguf" --init "$work/stage2.gguf" \
   --seed 3 --lr 1.5e-3 --checkpoint "$work/checkpoint3.pt" "$@" 2>&1 | tee "$work/train3.log"
 rm -f "$work/checkpoint3.pt"
-$py "$root/reference/eval_tiny.py" --model "$root/models/clover-tiny.gguf" --heldout "$work/heldout.jsonl" \
-  --json "$work/eval.json" 2>&1 | tee "$work/eval.log"
-# The same evaluation with the C++ engine (it also picks the self-check questions), then the
-# self-check questions, the held-out copy and the golden answers the tests compare against.
+# The held-out evaluation with the C++ engine (it also picks the self-check questions), then the
+# self-check questions, the held-out copy and the golden answers the tests compare against. The
+# same evaluation with the PyTorch reference (2-3 minutes) is a separate command (docs/reference.md):
+#   /usr/bin/python3 reference/eval_tiny.py --model models/clover-tiny.gguf --heldout BUILD/tiny/heldout.jsonl
 cmake --build "$build" --target crossword >/dev/null
 $py "$root/reference/eval_engine.py" --crossword "$build/src/cli/crossword" --model "$root/models/clover-tiny.gguf" \
   --heldout "$work/heldout.jsonl" --json "$work/eval_engine.json" 2>&1 | tee "$work/eval_engine.log"
