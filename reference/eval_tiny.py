@@ -96,7 +96,7 @@ def evaluate(m, tok, items, modes, max_tokens, log=print):
 
 
 # Spec with the engine's default draft limits (src/engine/engine.h kDefaultDraftMax / PMin).
-SPEC_DRAFT = {"draft_max": 15, "draft_p_min": 0.5}
+SPEC_DRAFT = {"draft_max": 15, "draft_p_min": 0.0}
 MODES = [("ar", "ar", {}), ("diffusion@0.95", "diffusion", {"threshold": 0.95}),
          ("diffusion@0.9", "diffusion", {"threshold": 0.9}), ("spec", "spec", SPEC_DRAFT)]
 

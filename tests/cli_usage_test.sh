@@ -21,6 +21,8 @@ expect 2 "Could not convert" bench -p abc
 expect 2 "unknown command .not-a-command.; commands: run" not-a-command
 expect 2 "unknown decoding mode" run --mode bogus -p hi
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi
+expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
+expect 2 "draft-p-min must be in" run --mode spec --draft-p-min 1.5 -p hi
 expect 0 "Usage" --help
 expect 0 "crossword 0.1.0" --version
 msgs=$(mktemp)

@@ -21,7 +21,7 @@ namespace crossword::engine {
 
 /// Spec-mode defaults (llama.cpp's --draft-max / --draft-p-min; docs/decoding.md).
 inline constexpr int kDefaultDraftMax = 15;
-inline constexpr float kDefaultDraftPMin = 0.5f;
+inline constexpr float kDefaultDraftPMin = 0.0f;
 
 struct EngineOptions {
   std::string model_path;  ///< empty: the embedded default model (if this build has one)
@@ -75,7 +75,7 @@ class Engine {
   /// Decoding defaults of this model: mode AR, block size / threshold from the file, Clover's
   /// sampling defaults for clover_moe (presence 0.9, repetition 1.05), EOG / mask / think ids from
   /// the tokenizer, Clover's long-generation biases on for clover_moe, spec drafts of at most
-  /// kDefaultDraftMax tokens cut at probability kDefaultDraftPMin.
+  /// kDefaultDraftMax tokens with verify cut kDefaultDraftPMin.
   decode::DecodeParams DefaultDecodeParams() const;
 
   /// A state for one sequence of `n_ctx` tokens that can run every decoding mode.
