@@ -176,7 +176,7 @@ class Decoder:
                 res.stop, res.eog_token = "eog", seed
                 break
             g = len(ans)
-            L = min(self.B, self.cfg.draft_max + 1 if self.cfg.draft_max else self.B, limit - g)  # the last block may be shorter (max_tokens / context)
+            L = min(self.B, limit - g)  # the last block may be shorter (max_tokens / context)
             block = [seed] + [mask] * (L - 1)
             masked = set(range(1, L))
             end = None

@@ -284,6 +284,12 @@ class DecodeTest(unittest.TestCase):
                     self.assertLessEqual(set(verified), {1})  # no draft is that sure: the seed alone
                 cut += pm > 0 and any(1 < v < 8 for v in verified)
         self.assertGreater(cut, 0, "no verify pass was cut between the seed and the full block")
+        # The draft limits are spec-only: diffusion blocks keep their size.
+        p = self.prompts[0]
+        plain = decode.Decoder(self.m, decode.Config(max_tokens=20, block_size=8)).diffusion(p)
+        limited = decode.Decoder(self.m, decode.Config(max_tokens=20, block_size=8, draft_max=3,
+                                                       draft_p_min=0.5)).diffusion(p)
+        self.assertEqual((plain.tokens, plain.forward_passes), (limited.tokens, limited.forward_passes))
 
     def test_spec_equals_ar_near_context_limit(self):
         m = model.Model.load(tiny_file("tiny_ctx.gguf", n_ctx=40))

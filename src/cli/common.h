@@ -26,8 +26,9 @@ struct ModelFlags {
   Logger MakeLogger() const;
 };
 
-/// Sampling and decoding flags: --mode, --block-size, --threshold, --draft-max, --draft-p-min, -n, --temp, --top-k, --top-p,
-/// --min-p, --seed, --presence-penalty, --frequency-penalty, --repeat-penalty, --no-dllm-biases.
+/// Sampling and decoding flags: --mode, --block-size, --threshold, --draft-max, --draft-p-min, -n,
+/// --temp, --top-k, --top-p, --min-p, --seed, --presence-penalty, --frequency-penalty,
+/// --repeat-penalty, --no-dllm-biases.
 struct DecodeFlags {
   std::string mode = "ar";
   int block_size = 0;      // 0: model default

@@ -38,8 +38,9 @@ struct DecodeParams {
   /// denoise pass with d = min(draft_max, block_size - 1) (0: block_size - 1). As llama.cpp's
   /// --draft-max.
   int draft_max = 0;
-  /// Spec: the verify pass takes the seed and the leading drafts whose confidence (softmax
-  /// probability of the drafted token) is >= draft_p_min, in [0, 1]; 0 verifies every draft.
+  /// Spec: the verify pass takes the seed and the leading drafts whose slot confidence (softmax
+  /// probability of the slot's best non-mask token, full vocabulary, after penalties and biases)
+  /// is >= draft_p_min, in [0, 1]; 0 verifies every draft.
   /// Output is unchanged (verification stays exact); only the verify pass gets shorter
   /// (llama.cpp's --draft-p-min, which stops a sequential draft at its first unsure token).
   float draft_p_min = 0.0f;
