@@ -23,6 +23,7 @@ expect 2 "unknown decoding mode" run --mode bogus -p hi
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi
 expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
 expect 2 "draft-p-min must be in" run --mode spec --draft-p-min 1.5 -p hi
+expect 2 "draft-max must be in" serve --port 0 --draft-max -1
 expect 0 "Usage" --help
 expect 0 "crossword 0.1.0" --version
 msgs=$(mktemp)

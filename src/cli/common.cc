@@ -38,9 +38,9 @@ void DecodeFlags::Add(CLI::App* cmd) {
   cmd->add_option("--mode", mode, "decoding mode: ar, diffusion or spec")->capture_default_str();
   cmd->add_option("--block-size", block_size, "diffusion block / spec draft length (default: from the model, 32)");
   cmd->add_option("--threshold", threshold, "diffusion commit threshold (default: from the model, 0.95)");
-  cmd->add_option("--draft-max", draft_max, "spec: drafts per round at most (0: block size - 1)");
+  cmd->add_option("--draft-max", draft_max, "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15)");
   cmd->add_option("--draft-p-min", draft_p_min,
-                  "spec: verify only the leading drafts whose probability is >= this (0: all)");
+                  "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");
   cmd->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->capture_default_str();
   cmd->add_option("--temp,--temperature", temperature, "sampling temperature (0 = greedy, the default)");
   cmd->add_option("--top-k", top_k, "top-k sampling (0 = off)");

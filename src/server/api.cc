@@ -29,6 +29,9 @@ json ParseBody(std::string_view body) {
   } catch (const json::parse_error& e) {
     // nlohmann rejects ill-formed UTF-8 and unpaired surrogate escapes as parse errors too.
     BadRequest("", std::string("the request body is not valid JSON (UTF-8): ") + e.what());
+  } catch (const json::out_of_range& e) {
+    // A number beyond double's range (1e999) is a bad request like any other, not a 500.
+    BadRequest("", std::string("the request body has a number out of range: ") + e.what());
   }
   if (!j.is_object()) BadRequest("", "the request body must be a JSON object");
   return j;

@@ -226,15 +226,15 @@ void Server::Impl::Load() {
   Check(p.block_size >= 2 && p.block_size <= 256, "--block-size must be in [2, 256] (got {})",
         p.block_size);
   Check(p.threshold > 0 && p.threshold <= 1, "--threshold must be in (0, 1] (got {})", p.threshold);
-  if (options.draft_max != -1) {
-    Check(options.draft_max >= 0 && options.draft_max <= 255, "--draft-max must be in [0, 255] (got {})",
-          options.draft_max);
-    p.draft_max = options.draft_max;
+  if (options.draft_max) {
+    Check(*options.draft_max >= 0 && *options.draft_max <= 255, "--draft-max must be in [0, 255] (got {})",
+          *options.draft_max);
+    p.draft_max = *options.draft_max;
   }
-  if (options.draft_p_min != -1) {
-    Check(options.draft_p_min >= 0 && options.draft_p_min <= 1, "--draft-p-min must be in [0, 1] (got {})",
-          options.draft_p_min);
-    p.draft_p_min = static_cast<float>(options.draft_p_min);
+  if (options.draft_p_min) {
+    Check(*options.draft_p_min >= 0 && *options.draft_p_min <= 1, "--draft-p-min must be in [0, 1] (got {})",
+          *options.draft_p_min);
+    p.draft_p_min = static_cast<float>(*options.draft_p_min);
   }
   if (options.no_dllm_biases) p.dllm_biases = false;
   if (p.mode != decode::Mode::kAr && p.mask_id < 0) {

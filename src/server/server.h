@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -33,8 +34,8 @@ struct ServerOptions {
   std::string mode = "ar";  ///< --mode: ar | diffusion | spec
   int block_size = 0;       ///< 0: the model's
   double threshold = 0;     ///< 0: the model's
-  int draft_max = -1;       ///< spec drafts per round at most; -1: the engine's default
-  double draft_p_min = -1;  ///< spec verify cut; -1: the engine's default
+  std::optional<int> draft_max;       ///< spec drafts per round at most; unset: the engine's (15)
+  std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
   int max_block_size = 0;   ///< 0: max(32, the default block size)
   bool no_dllm_biases = false;
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;

@@ -143,9 +143,9 @@ void RegisterServerCommands(CLI::App& app) {
   cmd->add_option("--threshold", o.threshold,
                   "default diffusion commit threshold (0: the model's)");
   cmd->add_option("--draft-max", o.draft_max,
-                  "default spec drafts per round at most (0: block size - 1; default: the engine's)");
+                  "default spec drafts per round at most, [0, 255] (0: block size - 1; default 15)");
   cmd->add_option("--draft-p-min", o.draft_p_min,
-                  "default spec verify cut: leading drafts with probability >= this (default: the engine's)");
+                  "default spec verify cut: leading drafts with probability >= this, [0, 1] (default 0: all)");
   cmd->add_option("--max-block-size", o.max_block_size,
                   "largest block a request may ask for (0: max(32, default))");
   cmd->add_flag("--no-dllm-biases", o.no_dllm_biases,

@@ -269,6 +269,7 @@ TEST(Api, RejectsBadFieldsNamingThem) {
             "logit_bias.-1");
   EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "whatever": [1]})"),
             "(accepted)");
+  EXPECT_THROW(ParseBody("{\"max_tokens\": 1e999}"), ApiError);  // beyond double: 400, not 500
   EXPECT_THROW(ParseBody("{\"a\": \"\\udfff\"}"), ApiError);
   EXPECT_THROW(ParseBody("{\"a\": \"\xC0\xAF\"}"), ApiError);  // overlong encoding
 }
