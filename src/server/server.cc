@@ -417,6 +417,10 @@ void Server::Run() {
   try {
     s.Load();
   } catch (...) {
+    // httplib's stop() does nothing before the listener runs, and the listener would then serve
+    // forever: wait until it runs (bounded: it may also have failed and ended), then stop it.
+    for (int i = 0; i < 2500 && !s.http.is_running(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     s.http.stop();
     listener.join();
     throw;
