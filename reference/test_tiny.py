@@ -6,6 +6,7 @@ Run: /usr/bin/python3 -m unittest discover -s reference -p 'test_*.py'
 import json
 import os
 import random
+import re
 import sys
 import unittest
 
@@ -83,10 +84,8 @@ class CheckerTest(unittest.TestCase):
         self.assertTrue(eval_tiny.is_correct("weather_call", call, json.dumps({"get_weather": ["Oslo"]})))
         self.assertFalse(eval_tiny.is_correct("weather_call", call, json.dumps({"get_weather": ["Rome"]})))
 
-
     def test_spec_draft_limits_are_the_engines_defaults(self):
         # The reference evaluation's spec mode must decode as the engine does by default.
-        import re
         with open(os.path.join(os.path.dirname(__file__), "..", "src", "engine", "engine.h")) as f:
             h = f.read()
         dm = int(re.search(r"kDefaultDraftMax = (\d+);", h).group(1))

@@ -58,7 +58,9 @@ decode::DecodeParams DecodeFlags::Apply(decode::DecodeParams p) const {
   if (block_size != 0) p.block_size = block_size;
   if (threshold != 0) p.threshold = static_cast<float>(threshold);
   if (draft_max) {
-    if (*draft_max < 0 || *draft_max > 255) Fail("--draft-max must be in [0, 255] (got {})", *draft_max);
+    if (*draft_max < 0 || *draft_max > decode::kMaxDraft) {
+      Fail("--draft-max must be in [0, {}] (got {})", decode::kMaxDraft, *draft_max);
+    }
     p.draft_max = *draft_max;
   }
   if (draft_p_min) {

@@ -75,7 +75,9 @@ Generation::Generation(const model::Model& model, model::SequenceState& state, s
   if (params_.mode != Mode::kAr) {
     if (params_.block_size < 2 || params_.block_size > 256) Fail("block size {} is not in [2, 256]", params_.block_size);
     if (!(params_.threshold > 0.0f && params_.threshold <= 1.0f)) Fail("threshold {} is not in (0, 1]", params_.threshold);
-    if (params_.draft_max < 0 || params_.draft_max > 255) Fail("draft_max {} is not in [0, 255]", params_.draft_max);
+    if (params_.draft_max < 0 || params_.draft_max > kMaxDraft) {
+      Fail("draft_max {} is not in [0, {}]", params_.draft_max, kMaxDraft);
+    }
     if (!(params_.draft_p_min >= 0.0f && params_.draft_p_min <= 1.0f)) {
       Fail("draft_p_min {} is not in [0, 1]", params_.draft_p_min);
     }
@@ -328,10 +330,12 @@ void Generation::OnDraft(std::span<const float> logits) {
   verify_len_ = B;
   for (int64_t j = 1; j < B; ++j) {
     std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j);
-    const int32_t top = Sampler::ArgMax(p, params_.mask_id);
+    const bool cut = params_.draft_p_min > 0.0f;
+    // Sampled drafts without a cut need no argmax.
+    const int32_t top = cut || params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : -1;
     // The draft ends before its first unsure slot: later slots are rarely accepted, and every
     // verified row costs the verify pass as much as a row that is accepted.
-    if (params_.draft_p_min > 0.0f && SoftmaxProb(p, top) < params_.draft_p_min) {
+    if (cut && SoftmaxProb(p, top) < params_.draft_p_min) {
       verify_len_ = j;
       break;
     }

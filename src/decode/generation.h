@@ -30,11 +30,14 @@ struct RampBias {
   float At(int64_t t) const;
 };
 
+/// Largest spec draft (drafts per round) any flag or request may ask for.
+inline constexpr int kMaxDraft = 255;
+
 struct DecodeParams {
   Mode mode = Mode::kAr;
   int block_size = 32;      ///< diffusion block / spec draft length B (>= 2)
   float threshold = 0.95f;  ///< diffusion commit threshold τ in (0, 1]
-  /// Spec: drafts per round at most, in [0, 255]; a round drafts [seed, MASK x d] in one
+  /// Spec: drafts per round at most, in [0, kMaxDraft]; a round drafts [seed, MASK x d] in one
   /// denoise pass with d = min(draft_max, block_size - 1) (0: block_size - 1). As llama.cpp's
   /// --draft-max.
   int draft_max = 0;

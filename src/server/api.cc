@@ -152,7 +152,7 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
     p.threshold = static_cast<float>(t);
   }
   if (const json* v = Field(obj, "draft_max"))
-    p.draft_max = static_cast<int>(Integer(*v, prefix + "draft_max", 0, 255));
+    p.draft_max = static_cast<int>(Integer(*v, prefix + "draft_max", 0, decode::kMaxDraft));
   if (const json* v = Field(obj, "draft_p_min"))
     p.draft_p_min = static_cast<float>(Number(*v, prefix + "draft_p_min", 0.0, 1.0));
 }

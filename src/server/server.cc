@@ -227,8 +227,8 @@ void Server::Impl::Load() {
         p.block_size);
   Check(p.threshold > 0 && p.threshold <= 1, "--threshold must be in (0, 1] (got {})", p.threshold);
   if (options.draft_max) {
-    Check(*options.draft_max >= 0 && *options.draft_max <= 255, "--draft-max must be in [0, 255] (got {})",
-          *options.draft_max);
+    Check(*options.draft_max >= 0 && *options.draft_max <= decode::kMaxDraft,
+          "--draft-max must be in [0, {}] (got {})", decode::kMaxDraft, *options.draft_max);
     p.draft_max = *options.draft_max;
   }
   if (options.draft_p_min) {
