@@ -12,6 +12,8 @@ void ModelFlags::Add(CLI::App* cmd, bool model_required) {
   cmd->add_option("-c,--ctx-size", n_ctx, "context size in tokens (prompt + answer)")->capture_default_str();
   cmd->add_flag("--no-mmap", no_mmap, "read the model into RAM instead of mapping it");
   cmd->add_flag("--mlock", mlock, "pin the model in RAM");
+  cmd->add_flag("--no-repack", no_repack,
+                "keep no tile-layout copy of Q8_0/Q4_0 weights (multi-row passes repack on the fly)");
   cmd->add_option("--kv-type", kv_type, "KV cache type: f16 or f32")->capture_default_str();
   cmd->add_option("--log-level", log_level, "debug, info, warn, error or silent")->capture_default_str();
 }
@@ -23,6 +25,7 @@ engine::EngineOptions ModelFlags::ToEngineOptions() const {
   o.model_path = model;
   o.map.use_mmap = !no_mmap;
   o.map.lock = mlock;
+  o.repack = !no_repack;
   o.threads = threads;
   o.logger = MakeLogger();
   return o;

@@ -16,10 +16,12 @@ struct ModelFlags {
   int64_t n_ctx = 4096;
   bool no_mmap = false;
   bool mlock = false;
+  bool no_repack = false;
   std::string kv_type = "f16";
   std::string log_level = "info";
 
-  /// Adds -m/--model, -t/--threads, -c/--ctx-size, --no-mmap, --mlock, --kv-type, --log-level.
+  /// Adds -m/--model, -t/--threads, -c/--ctx-size, --no-mmap, --mlock, --no-repack, --kv-type,
+  /// --log-level.
   void Add(CLI::App* cmd, bool model_required);
   engine::EngineOptions ToEngineOptions() const;
   GgmlType KvType() const;

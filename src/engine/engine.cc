@@ -15,6 +15,7 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
   e->logger_ = options.logger;
   model::LoadOptions lo;
   lo.map = options.map;
+  lo.repack = options.repack;
   lo.logger = options.logger;
   if (options.model_path.empty()) {
     std::span<const std::byte> bytes = EmbeddedModel();

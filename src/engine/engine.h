@@ -26,6 +26,7 @@ inline constexpr float kDefaultDraftPMin = 0.0f;
 struct EngineOptions {
   std::string model_path;  ///< empty: the embedded default model (if this build has one)
   MapOptions map;          ///< --no-mmap / --mlock
+  bool repack = true;      ///< --no-repack: no tile copy of Q8_0/Q4_0 weights (model::LoadOptions)
   int threads = 0;         ///< 0: all hardware threads
   Logger logger;
 };

@@ -22,7 +22,21 @@ struct Matrix {
   int64_t n_out = 0;
   const void* data = nullptr;
   size_t row_bytes = 0;
+  /// Optional copy of the same weights in the multi-row kernel's tile layout, written by Repack
+  /// (not owned); nullptr = multi-row products repack on the fly. Results are identical either way.
+  const void* packed = nullptr;
 };
+
+/// Bytes of the tile layout Repack writes for `w`, 0 when this CPU's kernels have none for
+/// w.type. Today: Q8_0 and Q4_0 on AVX-512 VNNI (576 bytes per 16 rows x 32 columns, about
+/// 1.06x the Q8_0 size, 2x Q4_0). Products of 4 or more activation rows read it instead of
+/// repacking each 16-row tile on every call (llama.cpp's CPU "repack" buffers do the same).
+size_t RepackedBytes(const Matrix& w);
+
+/// Writes `w` in the tile layout to `out` (RepackedBytes(w) > 0 bytes, 64-byte aligned); set
+/// w.packed = out afterwards. Throws crossword::Error when RepackedBytes(w) is 0 or out is
+/// misaligned.
+void Repack(const Matrix& w, void* out);
 
 /// The format an activation row is converted to before a dot product with a weight type.
 /// The integer formats store per row: int8 quants (n_in), one float scale per block, and block
@@ -268,7 +282,8 @@ const char* CurrentTargetName();
 /// Whether this CPU has AVX512_BF16 (vdpbf16ps), used by the BF16 path of the AVX3_DL target.
 bool CpuHasAvx512Bf16();
 /// Highway targets (bits of HWY_TARGETS) compiled into crossword_kernels that this CPU
-/// supports, best first; honours ForceTargetForTest.
+/// supports, best first. The real CPU's list, not narrowed by ForceTargetForTest (it is
+/// computed at the first call, which clears any mock: call it before forcing a target).
 std::vector<int64_t> AvailableTargets();
 /// Highway's name of a target bit ("AVX3_DL", "AVX3", "AVX2", "SCALAR").
 const char* TargetName(int64_t target);

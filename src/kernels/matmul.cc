@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -369,6 +370,27 @@ void MatMul(const Matrix& w, const Activations& x, float* y, int64_t ldy, Thread
   MatMul(std::span<const MatMulJob>(&job, 1), pool);
 }
 
+size_t RepackedBytes(const Matrix& w) {
+  if (w.type != GgmlType::kQ8_0 && w.type != GgmlType::kQ4_0) return 0;
+#if HWY_ARCH_X86_64  // the VNNI tiles (vnni_kernels.cc) are built for x86-64 only
+  if (HWY_DYNAMIC_DISPATCH(TargetOfThisCode)() != HWY_AVX3_DL) return 0;
+  return vnni::Q8PackedBytes(w);
+#else
+  return 0;
+#endif
+}
+
+void Repack(const Matrix& w, void* out) {
+  if (RepackedBytes(w) == 0) {
+    Fail("Repack: no tile layout for {} weights on this CPU (check RepackedBytes first)",
+         TypeName(w.type));
+  }
+  if (reinterpret_cast<uintptr_t>(out) % 64 != 0) Fail("Repack: output is not 64-byte aligned");
+#if HWY_ARCH_X86_64
+  vnni::RepackQ8(w, out);
+#endif
+}
+
 const char* CurrentTargetName() {
   return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetOfThisCode)());
 }
@@ -382,7 +404,15 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
-std::vector<int64_t> AvailableTargets() { return hwy::SupportedAndGeneratedTargets(); }
+std::vector<int64_t> AvailableTargets() {
+  // Computed once with no mock active: Highway's own list shrinks to the forced target while a
+  // ForceTargetForTest is in effect, which once made later loops of a test see only that target.
+  static const std::vector<int64_t> all = [] {
+    hwy::SetSupportedTargetsForTest(0);
+    return hwy::SupportedAndGeneratedTargets();
+  }();
+  return all;
+}
 const char* TargetName(int64_t target) { return hwy::TargetName(target); }
 void ForceTargetForTest(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
 

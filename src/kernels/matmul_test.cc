@@ -424,6 +424,7 @@ TEST(MatMul, BatchInvariantBitForBit) {
   ThreadPool pool1(1), pool2(2);
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
                             GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  int n_repacked = 0;
   for (GgmlType type : types) {
     for (int64_t n_in : {2048, 4096 + 512}) {
       const int64_t n_out = 75, n_rows = 19;  // 75: a partial 16-row tile; 2 tasks of 64
@@ -441,22 +442,59 @@ TEST(MatMul, BatchInvariantBitForBit) {
                      << config.Name() << " " << TypeName(type) << " n_in " << n_in);
         std::vector<float> all(n_rows * n_out);
         MatMul(m, act, all.data(), n_out, pool2);
+        // The same weights repacked once (where this target has a tile layout) must change
+        // nothing either: single rows read the GGUF rows, batches the repacked tiles.
+        std::vector<Matrix> variants{m};
+        std::vector<uint8_t> packed_store;
+        if (const size_t bytes = RepackedBytes(m); bytes > 0) {
+          packed_store.resize(bytes + 64);
+          const uintptr_t addr = reinterpret_cast<uintptr_t>(packed_store.data());
+          void* aligned = packed_store.data() + (64 - addr % 64) % 64;
+          Repack(m, aligned);
+          variants.push_back(m);
+          variants.back().packed = aligned;
+          ++n_repacked;
+        }
         // Sub-batches [r0, r0 + n) through gathered rows, 1 and 2 threads.
-        for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17}) {
-          for (int64_t r0 : {int64_t{0}, n_rows - n}) {
-            std::vector<int32_t> rows(n);
-            for (int64_t i = 0; i < n; ++i) rows[i] = static_cast<int32_t>(r0 + i);
-            std::vector<float> y(n * n_out, -1.0f);
-            const MatMulJob job{m, &act, n, rows.data(), y.data(), n_out, nullptr};
-            MatMul(std::span<const MatMulJob>(&job, 1), n % 2 ? pool1 : pool2);
-            for (int64_t i = 0; i < n; ++i) {
-              ASSERT_EQ(std::memcmp(&y[i * n_out], &all[(r0 + i) * n_out], 4 * n_out), 0)
-                  << "batch of " << n << " rows at " << r0 << ", row " << i;
+        for (size_t v = 0; v < variants.size(); ++v) {
+          for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17, 19}) {
+            for (int64_t r0 : {int64_t{0}, n_rows - n}) {
+              std::vector<int32_t> rows(n);
+              for (int64_t i = 0; i < n; ++i) rows[i] = static_cast<int32_t>(r0 + i);
+              std::vector<float> y(n * n_out, -1.0f);
+              const MatMulJob job{variants[v], &act, n, rows.data(), y.data(), n_out, nullptr};
+              MatMul(std::span<const MatMulJob>(&job, 1), n % 2 ? pool1 : pool2);
+              for (int64_t i = 0; i < n; ++i) {
+                ASSERT_EQ(std::memcmp(&y[i * n_out], &all[(r0 + i) * n_out], 4 * n_out), 0)
+                    << (v ? "repacked, " : "") << "batch of " << n << " rows at " << r0
+                    << ", row " << i;
+              }
             }
           }
         }
       }
     }
+  }
+  // Q8_0 and Q4_0 at two widths on the AVX3_DL target, when the CPU has it.
+  bool has_vnni = false;
+  for (const Config& config : Configs()) has_vnni |= config.Name() == std::string("AVX3_DL");
+  EXPECT_EQ(n_repacked, has_vnni ? 4 : 0);
+}
+
+TEST(Repack, OnlyTypesWithATileLayout) {
+  TargetGuard guard;
+  std::mt19937 rng(5);
+  const auto w = RandomWeights(GgmlType::kF32, 64, 16, rng);
+  const Matrix m{GgmlType::kF32, 64, 16, w.data(), *RowBytes(GgmlType::kF32, 64)};
+  EXPECT_EQ(RepackedBytes(m), 0u);
+  alignas(64) std::byte out[64];
+  EXPECT_THROW(Repack(m, out), Error);
+  const auto q = RandomWeights(GgmlType::kQ8_0, 64, 17, rng);
+  const Matrix mq{GgmlType::kQ8_0, 64, 17, q.data(), *RowBytes(GgmlType::kQ8_0, 64)};
+  if (RepackedBytes(mq) > 0) {
+    EXPECT_EQ(RepackedBytes(mq), 2u * 2u * 576u);  // 2 tiles of 16 rows x 2 blocks
+    alignas(64) std::byte buf[2 * 2 * 576 + 1];
+    EXPECT_THROW(Repack(mq, buf + 1), Error);  // misaligned
   }
 }
 

@@ -25,17 +25,20 @@ constexpr int kOTile = 16;             // weight rows per repacked tile (one zmm
 constexpr int kChunkBlocks = 64;       // 2048 columns per repacked chunk: 32 KiB + 4 KiB, fits L1
 constexpr int64_t kMaxDirectRows = 3;  // up to this many rows skip the repacking
 
-// One repacked tile: q[b][g] holds bytes 4g..4g+3 of block b for each of the 16 rows (lane i =
-// row i) as u8 = w + 128; d[b] holds the 16 rows' block scales.
-struct alignas(64) Packed {
-  uint8_t q[kChunkBlocks][8][64];
-  float d[kChunkBlocks][kOTile];
+// One block (32 columns) of a repacked 16-row tile: q[g] holds bytes 4g..4g+3 of the block for
+// each of the 16 rows (lane i = row i) as u8 = w + 128; d holds the 16 rows' block scales.
+// A tile is a run of these, one per block, whether repacked per call or once at load (RepackQ8).
+struct alignas(64) PackedBlock {
+  uint8_t q[8][64];
+  float d[kOTile];
 };
+static_assert(sizeof(PackedBlock) == 576);
 
-// Repacks blocks [b0, b0 + nb) of weight rows w0 .. w0 + (nv-1)*rb (rows past nv repeat the last
-// valid row; their results are masked off). Q4_0 nibbles become u8 q + 120 = (q - 8) + 128.
+// Repacks blocks [b0, b0 + nb) of weight rows w0 .. w0 + (nv-1)*rb into p[0, nb) (rows past nv
+// repeat the last valid row; their results are masked off). Q4_0 nibbles become
+// u8 q + 120 = (q - 8) + 128.
 CW_VNNI void Pack(GgmlType type, const uint8_t* w0, size_t rb, int nv, int64_t b0, int nb,
-                  Packed* p) {
+                  PackedBlock* p) {
   const uint8_t* rows[kOTile];
   alignas(64) int32_t idx[kOTile];
   for (int i = 0; i < kOTile; ++i) {
@@ -53,14 +56,14 @@ CW_VNNI void Pack(GgmlType type, const uint8_t* w0, size_t rb, int nv, int64_t b
     const size_t off = static_cast<size_t>(b0 + b) * bsz;
     // The fp16 scale is the first field of both block types; gather 4 bytes, keep the low 2.
     const __m512i dw = _mm512_i32gather_epi32(vidx, w0 + off, 1);
-    _mm512_store_ps(p->d[b], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw)));
+    _mm512_store_ps(p[b].d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw)));
     __m512i A[4], G[4];
     if (q8) {
       for (int half = 0; half < 2; ++half) {
         CW_UNROLL for (int j = 0; j < 4; ++j) A[j] = Load4x128(rows, j, off + 2 + 16 * half);
         Transpose4(A, G);
         CW_UNROLL for (int g = 0; g < 4; ++g) {
-          _mm512_store_si512(p->q[b][4 * half + g], _mm512_xor_si512(G[g], flip));
+          _mm512_store_si512(p[b].q[4 * half + g], _mm512_xor_si512(G[g], flip));
         }
       }
     } else {
@@ -69,8 +72,8 @@ CW_VNNI void Pack(GgmlType type, const uint8_t* w0, size_t rb, int nv, int64_t b
       CW_UNROLL for (int g = 0; g < 4; ++g) {
         const __m512i lo = _mm512_and_si512(G[g], lo4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(G[g], 4), lo4);
-        _mm512_store_si512(p->q[b][g], _mm512_add_epi8(lo, off120));
-        _mm512_store_si512(p->q[b][4 + g], _mm512_add_epi8(hi, off120));
+        _mm512_store_si512(p[b].q[g], _mm512_add_epi8(lo, off120));
+        _mm512_store_si512(p[b].q[4 + g], _mm512_add_epi8(hi, off120));
       }
     }
   }
@@ -78,18 +81,18 @@ CW_VNNI void Pack(GgmlType type, const uint8_t* w0, size_t rb, int nv, int64_t b
 
 // acc[r] (16 outputs of row r) += sum over blocks of d_w * d_x * (sum (w+128) x - 128 sum x).
 template <int R>
-CW_VNNI inline void Q8Kernel(const Packed* p, int nb, const int8_t* const* xq,
+CW_VNNI inline void Q8Kernel(const PackedBlock* p, int nb, const int8_t* const* xq,
                              const float* const* xd, const int32_t* const* xs, __m512* acc) {
   for (int b = 0; b < nb; ++b) {
     __m512i ai[R];
     CW_UNROLL for (int r = 0; r < R; ++r) ai[r] = _mm512_set1_epi32(xs[r][b]);
     CW_UNROLL for (int g = 0; g < 8; ++g) {
-      const __m512i wv = _mm512_load_si512(p->q[b][g]);
+      const __m512i wv = _mm512_load_si512(p[b].q[g]);
       CW_UNROLL for (int r = 0; r < R; ++r) {
         ai[r] = _mm512_dpbusd_epi32(ai[r], wv, _mm512_set1_epi32(Load32(xq[r] + b * 32 + 4 * g)));
       }
     }
-    const __m512 sw = _mm512_load_ps(p->d[b]);
+    const __m512 sw = _mm512_load_ps(p[b].d);
     CW_UNROLL for (int r = 0; r < R; ++r) {
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r]),
                                _mm512_mul_ps(sw, _mm512_set1_ps(xd[r][b])), acc[r]);
@@ -98,7 +101,7 @@ CW_VNNI inline void Q8Kernel(const Packed* p, int nb, const int8_t* const* xq,
 }
 
 template <int R>
-CW_VNNI void Q8Rows(const Packed* p, int nb, int64_t b0, const JobRows& rows, int64_t i0,
+CW_VNNI void Q8Rows(const PackedBlock* p, int nb, int64_t b0, const JobRows& rows, int64_t i0,
                     int64_t ot, __mmask16 mask, bool first) {
   const int8_t* xq[R];
   const float* xd[R];
@@ -358,11 +361,18 @@ CW_VNNI void DirectQ8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int6
 }  // namespace
 
 CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
-  if (rows.n_rows <= kMaxDirectRows) {
+  // A copy repacked at load holds whole tiles from row 0; the matmul tasks start on tile edges.
+  const auto* prepacked = o0 % kOTile == 0 ? static_cast<const PackedBlock*>(w.packed) : nullptr;
+  // Few rows read the tiles too for Q8_0 (36 bytes per 32 weights against 34: one copy in the
+  // caches, and the tiny model's 4-block rows skip the direct path's slow tail). Q4_0 tiles take
+  // twice the file's bytes, which decode (bandwidth-bound) would pay, so its few rows stream the
+  // file's rows.
+  const bool tiles_for_few = prepacked && w.type == GgmlType::kQ8_0;
+  if (rows.n_rows <= kMaxDirectRows && !tiles_for_few) {
     return w.type == GgmlType::kQ8_0 ? DirectQ8Tile<true>(w, rows, o0, o1)
                                      : DirectQ8Tile<false>(w, rows, o0, o1);
   }
-  alignas(64) Packed p;
+  alignas(64) PackedBlock scratch[kChunkBlocks];
   const int64_t nblocks = w.n_in / 32;
   const auto* base = static_cast<const uint8_t*>(w.data);
   for (int64_t ot = o0; ot < o1; ot += kOTile) {
@@ -370,35 +380,59 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
     const __mmask16 mask = static_cast<__mmask16>((1u << nv) - 1);
     for (int64_t b0 = 0; b0 < nblocks; b0 += kChunkBlocks) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, nblocks - b0));
-      Pack(w.type, base + ot * w.row_bytes, w.row_bytes, nv, b0, nb, &p);
+      const PackedBlock* p = scratch;
+      if (prepacked) {
+        p = prepacked + (ot / kOTile) * nblocks + b0;
+      } else {
+        Pack(w.type, base + ot * w.row_bytes, w.row_bytes, nv, b0, nb, scratch);
+      }
       const bool first = b0 == 0;
       int64_t i = 0;
-      for (; i + 8 <= rows.n_rows; i += 8) Q8Rows<8>(&p, nb, b0, rows, i, ot, mask, first);
+      for (; i + 8 <= rows.n_rows; i += 8) Q8Rows<8>(p, nb, b0, rows, i, ot, mask, first);
       switch (rows.n_rows - i) {
         case 7:
-          Q8Rows<7>(&p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<7>(p, nb, b0, rows, i, ot, mask, first);
           break;
         case 6:
-          Q8Rows<6>(&p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<6>(p, nb, b0, rows, i, ot, mask, first);
           break;
         case 5:
-          Q8Rows<5>(&p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<5>(p, nb, b0, rows, i, ot, mask, first);
           break;
         case 4:
-          Q8Rows<4>(&p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<4>(p, nb, b0, rows, i, ot, mask, first);
           break;
         case 3:
-          Q8Rows<3>(&p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<3>(p, nb, b0, rows, i, ot, mask, first);
           break;
         case 2:
-          Q8Rows<2>(&p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<2>(p, nb, b0, rows, i, ot, mask, first);
           break;
         case 1:
-          Q8Rows<1>(&p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<1>(p, nb, b0, rows, i, ot, mask, first);
           break;
         default:
           break;
       }
+    }
+  }
+}
+
+size_t Q8PackedBytes(const Matrix& w) {
+  return static_cast<size_t>((w.n_out + kOTile - 1) / kOTile) * static_cast<size_t>(w.n_in / 32) *
+         sizeof(PackedBlock);
+}
+
+CW_VNNI void RepackQ8(const Matrix& w, void* out) {
+  const int64_t nblocks = w.n_in / 32;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  auto* tiles = static_cast<PackedBlock*>(out);
+  for (int64_t ot = 0; ot < w.n_out; ot += kOTile) {
+    const int nv = static_cast<int>(std::min<int64_t>(kOTile, w.n_out - ot));
+    for (int64_t b0 = 0; b0 < nblocks; b0 += kChunkBlocks) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, nblocks - b0));
+      Pack(w.type, base + ot * w.row_bytes, w.row_bytes, nv, b0, nb,
+           tiles + (ot / kOTile) * nblocks + b0);
     }
   }
 }

@@ -3,6 +3,7 @@
 // avx512bf16, so these live in their own translation unit with function target attributes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -19,10 +20,19 @@ struct JobRows {
   const int32_t* y_rows;  ///< nullptr = identity
 };
 
-/// y[.][o0, o1) for Q8_0 or Q4_0 weights (w.type) and kQ8_0 activations. Repacks 16 weight rows
-/// x 2048 columns at a time (u8 with +128 offset, 4-byte groups interleaved across rows) and
-/// runs vpdpbusd with register tiles of up to 8 activation rows. Requires AVX512 VNNI.
+/// y[.][o0, o1) for Q8_0 or Q4_0 weights (w.type) and kQ8_0 activations. Up to 3 activation rows
+/// stream each weight row once. More rows read 16 weight rows x 2048 columns at a time in a tile
+/// layout (u8 with +128 offset, 4-byte groups interleaved across rows): w.packed when RepackQ8
+/// made it, else repacked here per call; then vpdpbusd with register tiles of up to 8 activation
+/// rows. Every path gives bit-identical rows. Requires AVX512 VNNI.
 void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
+
+/// Bytes of the tile layout RepackQ8 writes for Q8_0 / Q4_0 `w`: 576 per 16 rows x 32 columns.
+size_t Q8PackedBytes(const Matrix& w);
+
+/// Writes w (Q8_0 or Q4_0) in Q8Tile's tile layout to `out` (Q8PackedBytes(w) bytes, 64-byte
+/// aligned). Requires AVX512 VNNI.
+void RepackQ8(const Matrix& w, void* out);
 
 /// y[.][o0, o1) for Q4_K, Q5_K or Q6_K weights and kQ8_K activations: up to 3 activation rows
 /// stream each weight row once, more go to KQuantPackedTile; both give bit-identical rows.

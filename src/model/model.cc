@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <unistd.h>  // sysconf: physical memory for the repack budget
+
 #include "base/error.h"
 #include "core/quant.h"
 
@@ -21,6 +23,12 @@ std::unique_ptr<Model> Model::FromFile(gguf::File file, const LoadOptions& optio
   m->logger_ = options.logger;
   m->hp_ = ReadHparams(*m->file_, m->logger_);
   m->w_ = LoadWeights(*m->file_, m->hp_, m->logger_);
+  if (options.repack) {
+    // A quarter of physical memory: a copy that large still leaves room for the mapping itself.
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const size_t budget = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
+    RepackWeights(m->w_, budget, m->logger_);
+  }
   int n_rec = 0, n_att = 0;
   for (int il = 0; il < m->hp_.n_layer; ++il) m->layer_slot_.push_back(m->hp_.recurrent[il] ? n_rec++ : n_att++);
   // Every activation format some matrix needs, so contexts reserve exactly those.

@@ -84,6 +84,9 @@ class ForwardContext {
 struct LoadOptions {
   MapOptions map;  ///< mmap by default; --no-mmap reads into RAM; --mlock pins
   Logger logger;
+  /// Keep a copy of the Q8_0/Q4_0 matrices in the multi-row kernel's tile layout (RepackWeights)
+  /// when it fits in a quarter of physical memory; --no-repack turns it off. Same results.
+  bool repack = true;
 };
 
 /// A loaded network. Immutable after Load: Forward may run concurrently on different contexts

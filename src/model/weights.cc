@@ -2,6 +2,7 @@
 #include "model/weights.h"
 
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
 
 #include "base/error.h"
@@ -52,6 +53,7 @@ class TensorFinder {
     ExpertTensor e;
     e.first = ToMatrix(t, n_in, n_out);
     e.expert_stride = e.first.row_bytes * static_cast<size_t>(n_out);
+    e.n_expert = static_cast<int>(n_expert);
     return e;
   }
 
@@ -192,6 +194,60 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
   }
   logger.Info("{}: {}", file.path(), w.layout.Describe());
   return w;
+}
+
+size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger) {
+  // Every matrix once, with how many consecutive copies (experts) share its layout.
+  struct Target {
+    kernels::Matrix* m;
+    ExpertTensor* experts;
+  };
+  std::vector<Target> targets{{&w.output, nullptr}};
+  for (LayerWeights& L : w.layers) {
+    for (kernels::Matrix* m : {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.attn_qkv, &L.attn_gate, &L.ssm_beta,
+                               &L.ssm_alpha, &L.ssm_out, &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp,
+                               &L.ffn_down_shexp}) {
+      targets.push_back({m, nullptr});
+    }
+    for (ExpertTensor* e : {&L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps}) targets.push_back({&e->first, e});
+  }
+  size_t total = 0;
+  int n_matrices = 0;
+  for (const Target& t : targets) {
+    if (!t.m->data) continue;
+    const size_t bytes = kernels::RepackedBytes(*t.m);
+    const size_t copies = t.experts ? static_cast<size_t>(t.experts->n_expert) : 1;
+    n_matrices += bytes > 0;
+    total += (bytes + 63) / 64 * 64 * copies;
+  }
+  if (total == 0) return 0;
+  if (total > max_bytes) {
+    logger.Info("weights not repacked: the tile copies would take {:.1f} MiB, over the {:.1f} MiB allowed "
+                "(passes of 4+ rows repack on the fly)", total / 1048576.0, max_bytes / 1048576.0);
+    return 0;
+  }
+  w.packed_storage.assign(total + 64, std::byte{0});
+  const auto addr = reinterpret_cast<uintptr_t>(w.packed_storage.data());
+  std::byte* next = w.packed_storage.data() + (64 - addr % 64) % 64;
+  for (const Target& t : targets) {
+    if (!t.m->data) continue;
+    const size_t bytes = kernels::RepackedBytes(*t.m);
+    if (bytes == 0) continue;
+    const size_t stride = (bytes + 63) / 64 * 64;
+    if (t.experts) {
+      for (int e = 0; e < t.experts->n_expert; ++e) kernels::Repack(t.experts->Expert(e), next + e * stride);
+      t.experts->packed_stride = stride;
+      t.m->packed = next;
+      next += stride * t.experts->n_expert;
+    } else {
+      kernels::Repack(*t.m, next);
+      t.m->packed = next;
+      next += stride;
+    }
+  }
+  logger.Info("repacked {} Q8_0/Q4_0 matrices into the VNNI tile layout for passes of 4+ rows ({:.1f} MiB)",
+              n_matrices, total / 1048576.0);
+  return total;
 }
 
 }  // namespace crossword::model

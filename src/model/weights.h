@@ -28,9 +28,12 @@ struct LayoutReport {
 struct ExpertTensor {
   kernels::Matrix first;   ///< expert 0
   size_t expert_stride = 0;  ///< bytes between experts
+  size_t packed_stride = 0;  ///< bytes between experts' repacked copies (when first.packed is set)
+  int n_expert = 0;
   kernels::Matrix Expert(int e) const {
     kernels::Matrix m = first;
     m.data = static_cast<const std::byte*>(first.data) + static_cast<size_t>(e) * expert_stride;
+    if (first.packed) m.packed = static_cast<const std::byte*>(first.packed) + static_cast<size_t>(e) * packed_stride;
     return m;
   }
 };
@@ -80,6 +83,8 @@ struct Weights {
   kernels::Matrix output;          ///< {n_embd, n_vocab}; token_embd when output.weight is absent
   std::vector<LayerWeights> layers;
   LayoutReport layout;
+  /// Owns the matrices' repacked copies (RepackWeights); its heap block survives moves.
+  std::vector<std::byte> packed_storage;
 };
 
 /// Finds, checks and prepares every tensor. `hp.n_vocab` is set from token_embd's row count.
@@ -89,5 +94,11 @@ struct Weights {
 /// diffusion-only tensors recognised and left unused, nextn (MTP) blocks ignored.
 /// Throws crossword::Error naming the tensor, expected vs actual shape/type, and what to do.
 Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger);
+
+/// Gives every matrix that has a tile layout on this CPU (kernels::RepackedBytes: Q8_0 / Q4_0 on
+/// AVX-512 VNNI) a repacked copy, so passes of 4+ rows (prompts, diffusion blocks, spec verify)
+/// stop repacking weights on every call. Results are bit-identical with or without it. Skipped,
+/// with a log line, when the copies would take more than `max_bytes`. Returns the bytes used.
+size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger);
 
 }  // namespace crossword::model

@@ -21,7 +21,7 @@ namespace {
 struct ServeFlags {
   ServerOptions o;
   std::string kv_type = "f16", log_level = "info", reasoning_format = "deepseek", kwargs;
-  bool no_mmap = false, mlock = false;
+  bool no_mmap = false, mlock = false, no_repack = false;
   int reasoning_budget = -1;
 };
 
@@ -29,6 +29,7 @@ void Serve(ServeFlags& f) {
   ServerOptions o = f.o;
   o.engine.map.use_mmap = !f.no_mmap;
   o.engine.map.lock = f.mlock;
+  o.engine.repack = !f.no_repack;
   o.engine.logger = Logger(ParseLogLevel(f.log_level));
   if (f.kv_type == "f16" || f.kv_type == "F16") {
     o.kv_type = GgmlType::kF16;
@@ -127,6 +128,8 @@ void RegisterServerCommands(CLI::App& app) {
   cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   cmd->add_flag("--no-mmap", f->no_mmap, "read the model into RAM instead of mapping it");
   cmd->add_flag("--mlock", f->mlock, "pin the model in RAM");
+  cmd->add_flag("--no-repack", f->no_repack,
+                "keep no tile-layout copy of Q8_0/Q4_0 weights (multi-row passes repack on the fly)");
   cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or silent")
       ->capture_default_str();
   cmd->add_flag("--log-prompts", o.log_prompts,

@@ -99,7 +99,9 @@ check("a non-streaming client that disconnects frees its slot within a second", 
 
 check("cancelling a queued request touches no running one", async () => {
   const m0 = await metrics(alone.base);
-  const longReq = { messages: convo(7), max_tokens: 300, ignore_eos: true, reasoning_format: "none", ...lp };
+  // Long enough to outlast the three 20 ms polls below at the tiny model's ~5000 tokens/s (300
+  // tokens once did not), short enough for the slot's 2048-token context.
+  const longReq = { messages: convo(7), max_tokens: 1800, ignore_eos: true, reasoning_format: "none", ...lp };
   const running = solo.chat.completions.create({ ...longReq, stream: true }).then(collectChat);
   await waitFor(async () => (await metrics(alone.base)).slots_busy === 1, 5000, "first request running");
   const queued = await solo.chat.completions.create({ messages: convo(2), ...base, stream: true });

@@ -146,5 +146,30 @@ TEST(TinyModel, SpecEqualsArOnEveryGoldenPrompt) {
   }
 }
 
+// The tile copy of the weights made at load (kernels::Repack) is a layout change only: an engine
+// loaded with --no-repack must give the same tokens in every mode.
+TEST(TinyModel, RepackedWeightsGiveTheSameAnswersAsPlainOnes) {
+  EngineOptions o;
+  o.threads = 2;
+  o.logger = Logger::Silent();
+  o.repack = false;
+  const std::unique_ptr<Engine> plain = Engine::Load(o);
+  const kernels::Matrix& out = TinyEngine().model().weights().output;
+  EXPECT_EQ(out.packed != nullptr, kernels::RepackedBytes(out) > 0);
+  EXPECT_EQ(plain->model().weights().output.packed, nullptr);
+  const json g = Golden();
+  for (const json& run : g["runs"]) {
+    const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
+    for (const json& mode : {json{{"mode", "ar"}}, json{{"mode", "spec"}},
+                             json{{"mode", "diffusion"}, {"threshold", 0.9}}}) {
+      SCOPED_TRACE(run["question"].get<std::string>() + " " + mode.dump());
+      const decode::DecodeParams p = Params(mode, 64);
+      auto state = plain->NewState(static_cast<int64_t>(prompt.size()) + 72, GgmlType::kF16);
+      EXPECT_EQ(RunGeneration(*plain, *state, prompt, p, nullptr).output(),
+                Generate(prompt, p, GgmlType::kF16));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace crossword::engine
