@@ -24,6 +24,13 @@ expect 2 "cannot open" run -m /nonexistent.gguf -p hi
 expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
 expect 2 "draft-p-min must be in" run --mode spec --draft-p-min 1.5 -p hi
 expect 2 "draft-max must be in" serve --port 0 --draft-max -1
+expect 2 "block-size must be in" serve --port 0 --block-size 1
+# Flags are checked before the port is bound: no "listening" line for a bad one.
+out=$("$cw" serve --port 0 --draft-p-min 2 2>&1)
+if grep -q "listening" <<<"$out"; then
+  echo "FAIL: serve with a bad flag bound its port first: ${out:0:300}"
+  fail=1
+fi
 expect 0 "Usage" --help
 expect 0 "crossword 0.1.0" --version
 msgs=$(mktemp)

@@ -13,8 +13,12 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Engine> e(new Engine());
   e->logger_ = options.logger;
+  int threads = options.threads;
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  e->pool_ = std::make_unique<ThreadPool>(threads);
   model::LoadOptions lo;
   lo.map = options.map;
+  lo.pool = e->pool_.get();
   lo.repack = options.repack;
   lo.logger = options.logger;
   if (options.model_path.empty()) {
@@ -37,9 +41,6 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
   }
   std::sort(e->control_texts_.begin(), e->control_texts_.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-  int threads = options.threads;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  e->pool_ = std::make_unique<ThreadPool>(threads);
   e->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return e;
 }

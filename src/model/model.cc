@@ -27,7 +27,7 @@ std::unique_ptr<Model> Model::FromFile(gguf::File file, const LoadOptions& optio
     // A quarter of physical memory: a copy that large still leaves room for the mapping itself.
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const size_t budget = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
-    RepackWeights(m->w_, budget, m->logger_);
+    RepackWeights(m->w_, budget, m->logger_, options.pool);
   }
   int n_rec = 0, n_att = 0;
   for (int il = 0; il < m->hp_.n_layer; ++il) m->layer_slot_.push_back(m->hp_.recurrent[il] ? n_rec++ : n_att++);

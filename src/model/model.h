@@ -87,6 +87,8 @@ struct LoadOptions {
   /// Keep a copy of the Q8_0/Q4_0 matrices in the multi-row kernel's tile layout (RepackWeights)
   /// when it fits in a quarter of physical memory; --no-repack turns it off. Same results.
   bool repack = true;
+  /// Threads for the repacking (nullptr: the loading thread alone). Not kept after Load.
+  ThreadPool* pool = nullptr;
 };
 
 /// A loaded network. Immutable after Load: Forward may run concurrently on different contexts

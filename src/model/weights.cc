@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <initializer_list>
 
 #include "base/error.h"
@@ -196,8 +198,8 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
   return w;
 }
 
-size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger) {
-  // Every matrix once, with how many consecutive copies (experts) share its layout.
+size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadPool* pool) {
+  // Every matrix once; the routed experts' stacks are one entry with n_expert copies.
   struct Target {
     kernels::Matrix* m;
     ExpertTensor* experts;
@@ -211,14 +213,25 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger) {
     }
     for (ExpertTensor* e : {&L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps}) targets.push_back({&e->first, e});
   }
+  // One job per matrix (per expert for stacks), laid out back to back at 64-byte boundaries.
+  struct Job {
+    kernels::Matrix m;
+    size_t offset;
+  };
+  std::vector<Job> jobs;
+  std::vector<std::pair<const Target*, size_t>> placed;  // target, offset of its first copy
   size_t total = 0;
-  int n_matrices = 0;
   for (const Target& t : targets) {
     if (!t.m->data) continue;
     const size_t bytes = kernels::RepackedBytes(*t.m);
-    const size_t copies = t.experts ? static_cast<size_t>(t.experts->n_expert) : 1;
-    n_matrices += bytes > 0;
-    total += (bytes + 63) / 64 * 64 * copies;
+    if (bytes == 0) continue;
+    const size_t stride = (bytes + 63) / 64 * 64;
+    placed.emplace_back(&t, total);
+    const int copies = t.experts ? t.experts->n_expert : 1;
+    for (int e = 0; e < copies; ++e) {
+      jobs.push_back({t.experts ? t.experts->Expert(e) : *t.m, total});
+      total += stride;
+    }
   }
   if (total == 0) return 0;
   if (total > max_bytes) {
@@ -226,27 +239,22 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger) {
                 "(passes of 4+ rows repack on the fly)", total / 1048576.0, max_bytes / 1048576.0);
     return 0;
   }
-  w.packed_storage.assign(total + 64, std::byte{0});
-  const auto addr = reinterpret_cast<uintptr_t>(w.packed_storage.data());
-  std::byte* next = w.packed_storage.data() + (64 - addr % 64) % 64;
-  for (const Target& t : targets) {
-    if (!t.m->data) continue;
-    const size_t bytes = kernels::RepackedBytes(*t.m);
-    if (bytes == 0) continue;
-    const size_t stride = (bytes + 63) / 64 * 64;
-    if (t.experts) {
-      for (int e = 0; e < t.experts->n_expert; ++e) kernels::Repack(t.experts->Expert(e), next + e * stride);
-      t.experts->packed_stride = stride;
-      t.m->packed = next;
-      next += stride * t.experts->n_expert;
-    } else {
-      kernels::Repack(*t.m, next);
-      t.m->packed = next;
-      next += stride;
-    }
+  // Uninitialized: every byte is written by Repack (zero-filling gigabytes first cost seconds).
+  w.packed_storage = std::make_unique_for_overwrite<std::byte[]>(total + 64);
+  const auto addr = reinterpret_cast<uintptr_t>(w.packed_storage.get());
+  std::byte* base = w.packed_storage.get() + (64 - addr % 64) % 64;
+  auto run = [&](int64_t j, int) { kernels::Repack(jobs[j].m, base + jobs[j].offset); };
+  if (pool) {
+    pool->ParallelFor(static_cast<int64_t>(jobs.size()), run);
+  } else {
+    for (size_t j = 0; j < jobs.size(); ++j) run(static_cast<int64_t>(j), 0);
+  }
+  for (const auto& [t, offset] : placed) {
+    t->m->packed = base + offset;
+    if (t->experts) t->experts->packed_stride = (kernels::RepackedBytes(*t->m) + 63) / 64 * 64;
   }
   logger.Info("repacked {} Q8_0/Q4_0 matrices into the VNNI tile layout for passes of 4+ rows ({:.1f} MiB)",
-              n_matrices, total / 1048576.0);
+              placed.size(), total / 1048576.0);
   return total;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -84,7 +85,7 @@ struct Weights {
   std::vector<LayerWeights> layers;
   LayoutReport layout;
   /// Owns the matrices' repacked copies (RepackWeights); its heap block survives moves.
-  std::vector<std::byte> packed_storage;
+  std::unique_ptr<std::byte[]> packed_storage;
 };
 
 /// Finds, checks and prepares every tensor. `hp.n_vocab` is set from token_embd's row count.
@@ -98,7 +99,8 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger);
 /// Gives every matrix that has a tile layout on this CPU (kernels::RepackedBytes: Q8_0 / Q4_0 on
 /// AVX-512 VNNI) a repacked copy, so passes of 4+ rows (prompts, diffusion blocks, spec verify)
 /// stop repacking weights on every call. Results are bit-identical with or without it. Skipped,
-/// with a log line, when the copies would take more than `max_bytes`. Returns the bytes used.
-size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger);
+/// with a log line, when the copies would take more than `max_bytes`. Matrices are repacked in
+/// parallel on `pool` when given. Returns the bytes used.
+size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadPool* pool = nullptr);
 
 }  // namespace crossword::model

@@ -207,10 +207,30 @@ void Server::Impl::Setup() {
         [this](const httplib::Request& q, httplib::Response& r) { HandleDetokenize(q, r); });
 }
 
+void Server::Impl::CheckOptions() const {
+  Check(options.n_slots >= 1, "-np must be >= 1 (got {})", options.n_slots);
+  decode::ParseMode(options.mode);
+  if (options.block_size != 0) {
+    Check(options.block_size >= 2 && options.block_size <= 256, "--block-size must be in [2, 256] (got {})",
+          options.block_size);
+  }
+  if (options.threshold != 0) {
+    Check(options.threshold > 0 && options.threshold <= 1, "--threshold must be in (0, 1] (got {})",
+          options.threshold);
+  }
+  if (options.draft_max) {
+    Check(*options.draft_max >= 0 && *options.draft_max <= decode::kMaxDraft,
+          "--draft-max must be in [0, {}] (got {})", decode::kMaxDraft, *options.draft_max);
+  }
+  if (options.draft_p_min) {
+    Check(*options.draft_p_min >= 0 && *options.draft_p_min <= 1, "--draft-p-min must be in [0, 1] (got {})",
+          *options.draft_p_min);
+  }
+}
+
 void Server::Impl::Load() {
   engine = engine::Engine::Load(options.engine);
   const model::Hparams& hp = engine->model().hparams();
-  Check(options.n_slots >= 1, "-np must be >= 1 (got {})", options.n_slots);
   if (options.n_ctx > 0) {
     n_ctx_slot = options.n_ctx / options.n_slots;
     Check(n_ctx_slot >= 16,
@@ -223,19 +243,12 @@ void Server::Impl::Load() {
   p.mode = decode::ParseMode(options.mode);
   if (options.block_size != 0) p.block_size = options.block_size;
   if (options.threshold != 0) p.threshold = static_cast<float>(options.threshold);
-  Check(p.block_size >= 2 && p.block_size <= 256, "--block-size must be in [2, 256] (got {})",
+  // The flags were checked by CheckOptions; the model's own defaults are checked here.
+  Check(p.block_size >= 2 && p.block_size <= 256, "the model's block size must be in [2, 256] (got {})",
         p.block_size);
-  Check(p.threshold > 0 && p.threshold <= 1, "--threshold must be in (0, 1] (got {})", p.threshold);
-  if (options.draft_max) {
-    Check(*options.draft_max >= 0 && *options.draft_max <= decode::kMaxDraft,
-          "--draft-max must be in [0, {}] (got {})", decode::kMaxDraft, *options.draft_max);
-    p.draft_max = *options.draft_max;
-  }
-  if (options.draft_p_min) {
-    Check(*options.draft_p_min >= 0 && *options.draft_p_min <= 1, "--draft-p-min must be in [0, 1] (got {})",
-          *options.draft_p_min);
-    p.draft_p_min = static_cast<float>(*options.draft_p_min);
-  }
+  Check(p.threshold > 0 && p.threshold <= 1, "the model's threshold must be in (0, 1] (got {})", p.threshold);
+  if (options.draft_max) p.draft_max = *options.draft_max;
+  if (options.draft_p_min) p.draft_p_min = static_cast<float>(*options.draft_p_min);
   if (options.no_dllm_biases) p.dllm_biases = false;
   if (p.mode != decode::Mode::kAr && p.mask_id < 0) {
     Fail(
@@ -398,6 +411,7 @@ void Server::Run() {
   s.created = std::chrono::duration_cast<std::chrono::seconds>(
                   std::chrono::system_clock::now().time_since_epoch())
                   .count();
+  s.CheckOptions();
   s.Setup();
   int port = s.options.port;
   if (port == 0) {

@@ -97,6 +97,9 @@ struct Server::Impl {
   std::string NewId(const char* prefix);
 
   void Setup();
+  /// The flag checks that need no model; Run() does them before binding the port, so a bad flag
+  /// exits before the "listening" line. Throws crossword::Error naming the flag.
+  void CheckOptions() const;
   void Load();
   void Route(const std::string& method, const std::string& pattern,
              std::function<void(const httplib::Request&, httplib::Response&)> fn);
