@@ -9,7 +9,8 @@ expect() {  # expect CODE PATTERN ARGS...: exit code CODE and PATTERN somewhere 
   local code=$1 pattern=$2
   shift 2
   local out rc
-  out=$("$cw" "$@" 2>&1)
+  # A timeout: a serve whose bad flag went unnoticed would otherwise serve forever.
+  out=$(timeout 60 "$cw" "$@" 2>&1)
   rc=$?
   if [[ $rc -ne $code ]] || ! grep -q -- "$pattern" <<<"$out"; then
     echo "FAIL: crossword $* -> exit $rc (want $code), output: ${out:0:300}"
@@ -23,14 +24,24 @@ expect 2 "unknown decoding mode" run --mode bogus -p hi
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi
 expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
 expect 2 "draft-p-min must be in" run --mode spec --draft-p-min 1.5 -p hi
-expect 2 "draft-max must be in" serve --port 0 --draft-max -1
-expect 2 "block-size must be in" serve --port 0 --block-size 1
-# Flags are checked before the port is bound: no "listening" line for a bad one.
-out=$("$cw" serve --port 0 --draft-p-min 2 2>&1)
-if grep -q "listening" <<<"$out"; then
-  echo "FAIL: serve with a bad flag bound its port first: ${out:0:300}"
-  fail=1
-fi
+# serve checks its flags before binding the port: exit 2 and no "listening" line.
+expect_serve() {  # expect_serve PATTERN ARGS...
+  local pattern=$1
+  shift
+  expect 2 "$pattern" serve --port 0 "$@"
+  if timeout 60 "$cw" serve --port 0 "$@" 2>&1 | grep -q "listening"; then
+    echo "FAIL: crossword serve $* bound its port before rejecting the flag"
+    fail=1
+  fi
+}
+expect_serve "draft-max must be in" --draft-max -1
+expect_serve "draft-p-min must be in" --draft-p-min 2
+expect_serve "block-size must be in" --block-size 1
+expect_serve "max-block-size must be" --max-block-size 1
+expect_serve "exceeds --max-block-size" --block-size 64 --max-block-size 32
+expect_serve "\-b must be" -b 0
+expect_serve "at least 16 per slot" -c 10
+expect_serve "ctx-checkpoints must be" --ctx-checkpoints 0
 expect 0 "Usage" --help
 expect 0 "crossword 0.1.0" --version
 msgs=$(mktemp)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <utility>
 #include <initializer_list>
 
@@ -240,7 +241,15 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
     return 0;
   }
   // Uninitialized: every byte is written by Repack (zero-filling gigabytes first cost seconds).
-  w.packed_storage = std::make_unique_for_overwrite<std::byte[]>(total + 64);
+  // The allowance counts physical memory only; an address-space limit (ulimit -v) may still
+  // refuse the block, and the model works without it.
+  try {
+    w.packed_storage = std::make_unique_for_overwrite<std::byte[]>(total + 64);
+  } catch (const std::bad_alloc&) {
+    logger.Warn("weights not repacked: {:.1f} MiB for the tile copies could not be allocated (passes of 4+ rows "
+                "repack on the fly; --no-repack skips this attempt)", total / 1048576.0);
+    return 0;
+  }
   const auto addr = reinterpret_cast<uintptr_t>(w.packed_storage.get());
   std::byte* base = w.packed_storage.get() + (64 - addr % 64) % 64;
   auto run = [&](int64_t j, int) { kernels::Repack(jobs[j].m, base + jobs[j].offset); };

@@ -209,6 +209,23 @@ void Server::Impl::Setup() {
 
 void Server::Impl::CheckOptions() const {
   Check(options.n_slots >= 1, "-np must be >= 1 (got {})", options.n_slots);
+  Check(options.engine.threads >= 0, "-t must be >= 0, 0 meaning all cores (got {})", options.engine.threads);
+  Check(options.http_threads >= 0, "--threads-http must be >= 0 (got {})", options.http_threads);
+  Check(options.batch_tokens >= 1, "-b must be >= 1 (got {})", options.batch_tokens);
+  Check(options.n_ctx >= 0, "-c must be >= 0, 0 meaning 4096 per slot (got {})", options.n_ctx);
+  if (options.n_ctx > 0) {
+    Check(options.n_ctx / options.n_slots >= 16,
+          "-c {} over {} slots leaves {} tokens per slot; give at least 16 per slot", options.n_ctx,
+          options.n_slots, options.n_ctx / options.n_slots);
+  }
+  Check(options.max_checkpoints >= 1, "--ctx-checkpoints must be >= 1 (got {})", options.max_checkpoints);
+  Check(options.checkpoint_interval >= 1, "--ctx-checkpoint-interval must be >= 1 (got {})",
+        options.checkpoint_interval);
+  Check(options.max_block_size == 0 || (options.max_block_size >= 2 && options.max_block_size <= 256),
+        "--max-block-size must be 0 (the default) or in [2, 256] (got {})", options.max_block_size);
+  if (options.max_block_size > 0 && options.block_size > options.max_block_size) {
+    Fail("--block-size {} exceeds --max-block-size {}", options.block_size, options.max_block_size);
+  }
   decode::ParseMode(options.mode);
   if (options.block_size != 0) {
     Check(options.block_size >= 2 && options.block_size <= 256, "--block-size must be in [2, 256] (got {})",
