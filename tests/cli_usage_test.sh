@@ -50,5 +50,11 @@ echo '[{"role": "user", "content": "Hi"}]' >"$msgs"
 expect 0 '^\[[0-9]' tokenize -p "Hello world"
 expect 0 "<|im_start|>assistant" template --messages "$msgs"
 expect 2 "cannot open" tokenize -m /nonexistent.gguf -p hi
+# bench -o json: stdout is one JSON object per line (load, sanity and bandwidth lines go to stderr).
+json_out=$(timeout 120 "$cw" bench -p 8 -n 4 -r 1 --warmup 0 -o json --log-level silent 2>/dev/null)
+if [[ -z $json_out ]] || grep -qv '^{' <<<"$json_out"; then
+  echo "FAIL: bench -o json printed lines that are not JSON objects: ${json_out:0:300}"
+  fail=1
+fi
 [[ $fail -eq 0 ]] && echo "cli_usage_test: all cases passed"
 exit $fail

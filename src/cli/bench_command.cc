@@ -119,12 +119,13 @@ double ReadBandwidth(const gguf::File& file, ThreadPool& pool, size_t* bytes_rea
 }
 
 // One known-answer question for trained files (random-weight synth files have no right answer).
-void SanityQuestion(const engine::Engine& e) {
+// Its verdict line goes to `out`.
+void SanityQuestion(const engine::Engine& e, FILE* out) {
   const gguf::File& file = e.model().file();
   const auto name = file.GetString("general.name");
   if (name && name->starts_with("crossword synth")) {
-    std::printf(
-        "sanity: skipped: '%s' is a crossword synth file (random weights, no known answer)\n",
+    std::fprintf(
+        out, "sanity: skipped: '%s' is a crossword synth file (random weights, no known answer)\n",
         std::string(*name).c_str());
     return;
   }
@@ -140,8 +141,8 @@ void SanityQuestion(const engine::Engine& e) {
     answer = "Canberra";
   }
   if (question.empty()) {
-    std::printf(
-        "sanity: not checked: no known-answer question for this file (no crossword.selfcheck key "
+    std::fprintf(
+        out, "sanity: not checked: no known-answer question for this file (no crossword.selfcheck key "
         "and not "
         "a full-vocabulary Clover file)\n");
     return;
@@ -169,7 +170,7 @@ void SanityQuestion(const engine::Engine& e) {
         "results, so its speed figures mean nothing",
         question, text, answer);
   }
-  std::printf("sanity: ok: '%s' -> contains '%s'\n", question.c_str(), answer.c_str());
+  std::fprintf(out, "sanity: ok: '%s' -> contains '%s'\n", question.c_str(), answer.c_str());
 }
 
 struct Row {
@@ -215,13 +216,15 @@ void RunBench(const BenchFlags& f) {
   if (f.n_prompt < 0 || f.n_gen < 0 || f.reps < 1 || f.warmup < 0 || f.block < 2) {
     Fail("bench: need -p >= 0, -n >= 0, -r >= 1, --warmup >= 0, --block >= 2");
   }
-  std::printf("load average before: %s\n", LoadAverage().c_str());
+  // Everything but the result rows goes to stderr in JSON mode, so stdout is one object per line.
+  FILE* info = f.output == "json" ? stderr : stdout;
+  std::fprintf(info, "load average before: %s\n", LoadAverage().c_str());
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const model::Model& m = engine->model();
   ThreadPool& pool = engine->pool();
-  std::printf("load: %.2f s (%s, %s)\n", engine->load_seconds(), engine->model_name().c_str(),
+  std::fprintf(info, "load: %.2f s (%s, %s)\n", engine->load_seconds(), engine->model_name().c_str(),
               f.model.no_mmap ? "read into RAM" : "mmap");
-  SanityQuestion(*engine);
+  SanityQuestion(*engine, info);
 
   const int64_t n_vocab = m.hparams().n_vocab;
   std::mt19937 rng(1234);
@@ -340,10 +343,10 @@ void RunBench(const BenchFlags& f) {
   }
   Print(f, *engine, rows);
   if (!bw_tensor.empty()) {
-    std::printf("machine read bandwidth: %.1f GB/s (%d threads, best of 5 reads of %s, %.2f GB)\n",
+    std::fprintf(info, "machine read bandwidth: %.1f GB/s (%d threads, best of 5 reads of %s, %.2f GB)\n",
                 bw, pool.size(), bw_tensor.c_str(), static_cast<double>(bw_bytes) / 1e9);
   }
-  std::printf("load average after: %s\n", LoadAverage().c_str());
+  std::fprintf(info, "load average after: %s\n", LoadAverage().c_str());
   std::fflush(stdout);
 }
 

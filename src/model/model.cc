@@ -28,6 +28,8 @@ std::unique_ptr<Model> Model::FromFile(gguf::File file, const LoadOptions& optio
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const size_t budget = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
     RepackWeights(m->w_, budget, m->logger_, options.pool);
+  } else {
+    m->logger_.Info("weights not repacked (--no-repack): passes of 4+ rows repack Q8_0/Q4_0 tiles on the fly");
   }
   int n_rec = 0, n_att = 0;
   for (int il = 0; il < m->hp_.n_layer; ++il) m->layer_slot_.push_back(m->hp_.recurrent[il] ? n_rec++ : n_att++);
