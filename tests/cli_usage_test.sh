@@ -56,5 +56,11 @@ if [[ -z $json_out ]] || grep -qv '^{' <<<"$json_out"; then
   echo "FAIL: bench -o json printed lines that are not JSON objects: ${json_out:0:300}"
   fail=1
 fi
+# --log-level silent: run writes the answer and nothing to stderr.
+err=$(timeout 60 "$cw" run -p hi -n 2 --log-level silent 2>&1 >/dev/null)
+if [[ -n $err ]]; then
+  echo "FAIL: run --log-level silent wrote to stderr: ${err:0:300}"
+  fail=1
+fi
 [[ $fail -eq 0 ]] && echo "cli_usage_test: all cases passed"
 exit $fail

@@ -98,12 +98,15 @@ void Run(const RunFlags& f) {
   const double gen_seconds = st.ar_seconds + st.denoise_seconds + st.commit_seconds;
   const double prompt_tps = st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0;
   const double gen_tps = gen_seconds > 0 ? st.generated / gen_seconds : 0.0;
-  std::fprintf(stderr,
+  // The summary is an info line: --log-level warn and above keep stderr quiet unless --stats asks.
+  if (f.stats || f.model.MakeLogger().Enabled(LogLevel::kInfo)) {
+    std::fprintf(stderr,
                "crossword: load %.2f s | prompt %lld tokens, %.1f tokens/s | generated %lld tokens, %.1f tokens/s "
                "(%s) | finish: %s\n",
                engine->load_seconds(), static_cast<long long>(st.prompt_tokens), prompt_tps,
                static_cast<long long>(st.generated), gen_tps, std::string(decode::ModeName(params.mode)).c_str(),
                std::string(decode::FinishReasonName(gen.finish_reason())).c_str());
+  }
   if (f.stats) {
     std::fprintf(stderr,
                  "crossword: passes: prefill %lld, ar %lld, denoise/draft %lld, commit/verify %lld | tokens per "
