@@ -56,6 +56,11 @@ if [[ -z $json_out ]] || grep -qv '^{' <<<"$json_out"; then
   echo "FAIL: bench -o json printed lines that are not JSON objects: ${json_out:0:300}"
   fail=1
 fi
+# check on a random-weight synth file: no known answers, said plainly (not "wrong results").
+synth=$(mktemp --suffix=.gguf)
+"$cw" gguf synth --preset tiny --type Q8_0 -o "$synth" >/dev/null 2>&1
+expect 2 "synth file (random weights): it has no known answers" check -m "$synth"
+rm -f "$synth"
 # --log-level silent: run writes the answer and nothing to stderr.
 err=$(timeout 60 "$cw" run -p hi -n 2 --log-level silent 2>&1 >/dev/null)
 if [[ -n $err ]]; then

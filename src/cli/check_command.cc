@@ -45,6 +45,12 @@ std::vector<Question> Questions(const engine::Engine& e) {
     }
     return qs;
   }
+  // A synth file has the full vocabulary but random weights: no question has a right answer.
+  const auto name = e.model().file().GetString("general.name");
+  if (name && name->starts_with("crossword synth")) {
+    Fail("{} is a crossword synth file (random weights): it has no known answers, so there is nothing to check",
+         e.model_name());
+  }
   if (e.model().hparams().n_vocab >= 248000) {  // the Qwen3.5 vocabulary (clover-facts.md)
     qs.push_back({"What is the capital of Australia? One word.", "Canberra"});
     return qs;
