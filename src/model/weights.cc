@@ -262,7 +262,7 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
     t->m->packed = base + offset;
     if (t->experts) t->experts->packed_stride = (kernels::RepackedBytes(*t->m) + 63) / 64 * 64;
   }
-  logger.Info("repacked {} Q8_0/Q4_0 matrices into the VNNI tile layout for passes of 4+ rows ({:.1f} MiB)",
+  logger.Info("repacked {} Q8_0/Q4_0 matrices into the VNNI tile layout ({:.1f} MiB, bit-identical results)",
               placed.size(), total / 1048576.0);
   return total;
 }

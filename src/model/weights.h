@@ -98,9 +98,10 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger);
 
 /// Gives every matrix that has a tile layout on this CPU (kernels::RepackedBytes: Q8_0 / Q4_0 on
 /// AVX-512 VNNI) a repacked copy, so passes of 4+ rows (prompts, diffusion blocks, spec verify)
-/// stop repacking weights on every call. Results are bit-identical with or without it. Skipped,
-/// with a log line, when the copies would take more than `max_bytes`. Matrices are repacked in
-/// parallel on `pool` when given. Returns the bytes used.
+/// stop repacking weights on every call (Q8_0 decode reads it too). Results are bit-identical
+/// with or without it. Skipped, with a log line, when the copies would take more than
+/// `max_bytes` or their allocation fails. Matrices are repacked in parallel on `pool` when
+/// given. Returns the bytes used (0 when skipped).
 size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadPool* pool = nullptr);
 
 }  // namespace crossword::model
