@@ -122,11 +122,10 @@ double ReadBandwidth(const gguf::File& file, ThreadPool& pool, size_t* bytes_rea
 // Its verdict line goes to `out`.
 void SanityQuestion(const engine::Engine& e, FILE* out) {
   const gguf::File& file = e.model().file();
-  const auto name = file.GetString("general.name");
-  if (name && name->starts_with("crossword synth")) {
+  if (IsSynthFile(e)) {
     std::fprintf(
         out, "sanity: skipped: '%s' is a crossword synth file (random weights, no known answer)\n",
-        std::string(*name).c_str());
+        std::string(*file.GetString("general.name")).c_str());
     return;
   }
   std::string question, answer;

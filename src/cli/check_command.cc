@@ -46,8 +46,7 @@ std::vector<Question> Questions(const engine::Engine& e) {
     return qs;
   }
   // A synth file has the full vocabulary but random weights: no question has a right answer.
-  const auto name = e.model().file().GetString("general.name");
-  if (name && name->starts_with("crossword synth")) {
+  if (IsSynthFile(e)) {
     Fail("{} is a crossword synth file (random weights): it has no known answers, so there is nothing to check",
          e.model_name());
   }

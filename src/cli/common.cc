@@ -18,6 +18,11 @@ void ModelFlags::Add(CLI::App* cmd, bool model_required) {
   cmd->add_option("--log-level", log_level, "debug, info, warn, error or silent")->capture_default_str();
 }
 
+bool IsSynthFile(const engine::Engine& e) {
+  const auto name = e.model().file().GetString("general.name");
+  return name && name->starts_with("crossword synth");
+}
+
 Logger ModelFlags::MakeLogger() const { return Logger(ParseLogLevel(log_level)); }
 
 engine::EngineOptions ModelFlags::ToEngineOptions() const {
@@ -60,16 +65,9 @@ decode::DecodeParams DecodeFlags::Apply(decode::DecodeParams p) const {
   p.mode = decode::ParseMode(mode);
   if (block_size != 0) p.block_size = block_size;
   if (threshold != 0) p.threshold = static_cast<float>(threshold);
-  if (draft_max) {
-    if (*draft_max < 0 || *draft_max > decode::kMaxDraft) {
-      Fail("--draft-max must be in [0, {}] (got {})", decode::kMaxDraft, *draft_max);
-    }
-    p.draft_max = *draft_max;
-  }
-  if (draft_p_min) {
-    if (!(*draft_p_min >= 0 && *draft_p_min <= 1)) Fail("--draft-p-min must be in [0, 1] (got {})", *draft_p_min);
-    p.draft_p_min = static_cast<float>(*draft_p_min);
-  }
+  if (draft_max) p.draft_max = *draft_max;
+  if (draft_p_min) p.draft_p_min = static_cast<float>(*draft_p_min);
+  decode::CheckDecodeRanges(p, decode::ParamNames::kFlags);
   if (n_predict < 1) Fail("-n must be >= 1 (got {})", n_predict);
   p.max_tokens = n_predict;
   if (temperature) p.sampling.temperature = static_cast<float>(*temperature);

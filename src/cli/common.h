@@ -28,6 +28,10 @@ struct ModelFlags {
   Logger MakeLogger() const;
 };
 
+/// Whether `e` runs a file written by `crossword gguf synth` (random weights: no question has a
+/// known answer, so bench and check skip or refuse their known-answer questions).
+bool IsSynthFile(const engine::Engine& e);
+
 /// Sampling and decoding flags: --mode, --block-size, --threshold, --draft-max, --draft-p-min, -n,
 /// --temp, --top-k, --top-p, --min-p, --seed, --presence-penalty, --frequency-penalty,
 /// --repeat-penalty, --no-dllm-biases.

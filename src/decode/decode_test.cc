@@ -130,6 +130,33 @@ double LogProb(std::span<const float> row, int32_t tok) {
   return row[tok] - mx - std::log(s);
 }
 
+// The one range check behind the CLI, the server and Generation names the parameter its caller
+// knows: a flag or a field.
+TEST(CheckDecodeRanges, NamesTheParameterOutOfRange) {
+  auto message = [](DecodeParams p, ParamNames names) -> std::string {
+    try {
+      CheckDecodeRanges(p, names);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  DecodeParams ok;
+  EXPECT_EQ(message(ok, ParamNames::kFlags), "");
+  DecodeParams p = ok;
+  p.block_size = 1;
+  EXPECT_NE(message(p, ParamNames::kFlags).find("--block-size must be in [2, 256] (got 1)"), std::string::npos);
+  p = ok;
+  p.threshold = std::nanf("");
+  EXPECT_NE(message(p, ParamNames::kFields).find("threshold must be in (0, 1]"), std::string::npos);
+  p = ok;
+  p.draft_max = kMaxDraft + 1;
+  EXPECT_NE(message(p, ParamNames::kFields).find("draft_max must be in [0, 255]"), std::string::npos);
+  p = ok;
+  p.draft_p_min = -0.5f;
+  EXPECT_NE(message(p, ParamNames::kFlags).find("--draft-p-min must be in [0, 1]"), std::string::npos);
+}
+
 TEST(Golden, DiffusionPassesMatchTheReference) {
   const json g = Golden();
   ASSERT_EQ(g["model"]["synth"], "crossword gguf synth --preset tiny --arch clover_moe --layout official --type F32 --seed 1");

@@ -55,6 +55,22 @@ double DecodeStats::mean_accepted() const {
   return rounds_n == 0 ? 0.0 : static_cast<double>(acc) / static_cast<double>(rounds_n);
 }
 
+void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
+  const bool flags = names == ParamNames::kFlags;
+  if (p.block_size < 2 || p.block_size > 256) {
+    Fail("{} must be in [2, 256] (got {})", flags ? "--block-size" : "block_size", p.block_size);
+  }
+  if (!(p.threshold > 0.0f && p.threshold <= 1.0f)) {
+    Fail("{} must be in (0, 1] (got {})", flags ? "--threshold" : "threshold", p.threshold);
+  }
+  if (p.draft_max < 0 || p.draft_max > kMaxDraft) {
+    Fail("{} must be in [0, {}] (got {})", flags ? "--draft-max" : "draft_max", kMaxDraft, p.draft_max);
+  }
+  if (!(p.draft_p_min >= 0.0f && p.draft_p_min <= 1.0f)) {
+    Fail("{} must be in [0, 1] (got {})", flags ? "--draft-p-min" : "draft_p_min", p.draft_p_min);
+  }
+}
+
 Generation::Generation(const model::Model& model, model::SequenceState& state, std::vector<int32_t> prompt,
                        DecodeParams params, TokenSink sink)
     : model_(model),
@@ -73,14 +89,7 @@ Generation::Generation(const model::Model& model, model::SequenceState& state, s
   if (params_.max_tokens < 1) Fail("generation: max_tokens must be >= 1 (got {})", params_.max_tokens);
   if (params_.prefill_chunk < 1) Fail("generation: prefill_chunk must be >= 1");
   if (params_.mode != Mode::kAr) {
-    if (params_.block_size < 2 || params_.block_size > 256) Fail("block size {} is not in [2, 256]", params_.block_size);
-    if (!(params_.threshold > 0.0f && params_.threshold <= 1.0f)) Fail("threshold {} is not in (0, 1]", params_.threshold);
-    if (params_.draft_max < 0 || params_.draft_max > kMaxDraft) {
-      Fail("draft_max {} is not in [0, {}]", params_.draft_max, kMaxDraft);
-    }
-    if (!(params_.draft_p_min >= 0.0f && params_.draft_p_min <= 1.0f)) {
-      Fail("draft_p_min {} is not in [0, 1]", params_.draft_p_min);
-    }
+    CheckDecodeRanges(params_, ParamNames::kFields);
     if (params_.mask_id < 0 || params_.mask_id >= n_vocab_) {
       Fail("{} mode needs a mask token (tokenizer.ggml.mask_token_id); this model has none", ModeName(params_.mode));
     }
@@ -328,9 +337,9 @@ void Generation::OnDraft(std::span<const float> logits) {
   const int64_t B = block_len_;
   const int64_t gen0 = stats_.generated - 1;  // the seed is emitted already
   verify_len_ = B;
+  const bool cut = params_.draft_p_min > 0.0f;
   for (int64_t j = 1; j < B; ++j) {
     std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j);
-    const bool cut = params_.draft_p_min > 0.0f;
     // Sampled drafts without a cut need no argmax.
     const int32_t top = cut || params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : -1;
     // The draft ends before its first unsure slot: later slots are rarely accepted, and every

@@ -67,6 +67,15 @@ enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled };
 std::string_view FinishReasonName(FinishReason reason);
 
 /// Counters and timings of one generation (seconds; passes exclude prefill unless named).
+/// How CheckDecodeRanges names a parameter: as a command-line flag ("--draft-max") or as a
+/// DecodeParams / API field ("draft_max").
+enum class ParamNames : uint8_t { kFlags, kFields };
+
+/// Throws crossword::Error, naming the parameter, when block_size is not in [2, 256], threshold
+/// not in (0, 1], draft_max not in [0, kMaxDraft] or draft_p_min not in [0, 1] (NaN included).
+/// The one place these ranges live: the CLI, the server and Generation all call it.
+void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
+
 struct DecodeStats {
   int64_t prompt_tokens = 0;    ///< prompt tokens prefilled in this generation (cached ones excluded)
   int64_t generated = 0;        ///< tokens emitted (EOG excluded)

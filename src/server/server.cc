@@ -207,6 +207,15 @@ void Server::Impl::Setup() {
         [this](const httplib::Request& q, httplib::Response& r) { HandleDetokenize(q, r); });
 }
 
+decode::DecodeParams Server::Impl::WithDecodingFlags(decode::DecodeParams p) const {
+  p.mode = decode::ParseMode(options.mode);
+  if (options.block_size != 0) p.block_size = options.block_size;
+  if (options.threshold != 0) p.threshold = static_cast<float>(options.threshold);
+  if (options.draft_max) p.draft_max = *options.draft_max;
+  if (options.draft_p_min) p.draft_p_min = static_cast<float>(*options.draft_p_min);
+  return p;
+}
+
 void Server::Impl::CheckOptions() const {
   Check(options.n_slots >= 1, "-np must be >= 1 (got {})", options.n_slots);
   Check(options.engine.threads >= 0, "-t must be >= 0, 0 meaning all cores (got {})", options.engine.threads);
@@ -226,23 +235,8 @@ void Server::Impl::CheckOptions() const {
   if (options.max_block_size > 0 && options.block_size > options.max_block_size) {
     Fail("--block-size {} exceeds --max-block-size {}", options.block_size, options.max_block_size);
   }
-  decode::ParseMode(options.mode);
-  if (options.block_size != 0) {
-    Check(options.block_size >= 2 && options.block_size <= 256, "--block-size must be in [2, 256] (got {})",
-          options.block_size);
-  }
-  if (options.threshold != 0) {
-    Check(options.threshold > 0 && options.threshold <= 1, "--threshold must be in (0, 1] (got {})",
-          options.threshold);
-  }
-  if (options.draft_max) {
-    Check(*options.draft_max >= 0 && *options.draft_max <= decode::kMaxDraft,
-          "--draft-max must be in [0, {}] (got {})", decode::kMaxDraft, *options.draft_max);
-  }
-  if (options.draft_p_min) {
-    Check(*options.draft_p_min >= 0 && *options.draft_p_min <= 1, "--draft-p-min must be in [0, 1] (got {})",
-          *options.draft_p_min);
-  }
+  // The flags given, over valid stand-ins for the model's defaults (checked again after loading).
+  decode::CheckDecodeRanges(WithDecodingFlags(decode::DecodeParams{}), decode::ParamNames::kFlags);
 }
 
 void Server::Impl::Load() {
@@ -256,16 +250,9 @@ void Server::Impl::Load() {
   } else {
     n_ctx_slot = hp.n_ctx_train > 0 ? std::min<int64_t>(4096, hp.n_ctx_train) : 4096;
   }
-  decode::DecodeParams p = engine->DefaultDecodeParams();
-  p.mode = decode::ParseMode(options.mode);
-  if (options.block_size != 0) p.block_size = options.block_size;
-  if (options.threshold != 0) p.threshold = static_cast<float>(options.threshold);
-  // The flags were checked by CheckOptions; the model's own defaults are checked here.
-  Check(p.block_size >= 2 && p.block_size <= 256, "the model's block size must be in [2, 256] (got {})",
-        p.block_size);
-  Check(p.threshold > 0 && p.threshold <= 1, "the model's threshold must be in (0, 1] (got {})", p.threshold);
-  if (options.draft_max) p.draft_max = *options.draft_max;
-  if (options.draft_p_min) p.draft_p_min = static_cast<float>(*options.draft_p_min);
+  decode::DecodeParams p = WithDecodingFlags(engine->DefaultDecodeParams());
+  // The flags passed CheckOptions; a model default they leave in place may still be out of range.
+  decode::CheckDecodeRanges(p, decode::ParamNames::kFlags);
   if (options.no_dllm_biases) p.dllm_biases = false;
   if (p.mode != decode::Mode::kAr && p.mask_id < 0) {
     Fail(
