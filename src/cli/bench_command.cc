@@ -64,14 +64,9 @@ size_t WeightBytesPerToken(const model::Model& m) {
   const model::Weights& w = m.weights();
   size_t total = MatrixBytes(w.output) + w.token_embd_row_bytes;
   for (const model::LayerWeights& L : w.layers) {
-    for (const kernels::Matrix* x :
-         {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.attn_qkv, &L.attn_gate, &L.ssm_beta,
-          &L.ssm_alpha, &L.ssm_out, &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp,
-          &L.ffn_down_shexp}) {
-      total += MatrixBytes(*x);
-    }
-    const size_t expert = MatrixBytes(L.ffn_gate_exps.first) + MatrixBytes(L.ffn_up_exps.first) +
-                          MatrixBytes(L.ffn_down_exps.first);
+    for (const kernels::Matrix* x : L.DenseMatrices()) total += MatrixBytes(*x);
+    size_t expert = 0;
+    for (const model::ExpertTensor* e : L.ExpertStacks()) expert += MatrixBytes(e->first);
     total += static_cast<size_t>(m.hparams().n_expert_used) * expert;
   }
   return total;

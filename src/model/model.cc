@@ -41,12 +41,8 @@ std::unique_ptr<Model> Model::FromFile(gguf::File file, const LoadOptions& optio
   };
   add(m->w_.output);
   for (const LayerWeights& L : m->w_.layers) {
-    for (const kernels::Matrix* mat : {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.attn_qkv, &L.attn_gate,
-                                       &L.ssm_beta, &L.ssm_alpha, &L.ssm_out, &L.ffn_gate_inp, &L.ffn_gate_exps.first,
-                                       &L.ffn_up_exps.first, &L.ffn_down_exps.first, &L.ffn_gate_shexp,
-                                       &L.ffn_up_shexp, &L.ffn_down_shexp}) {
-      add(*mat);
-    }
+    for (const kernels::Matrix* mat : L.DenseMatrices()) add(*mat);
+    for (const ExpertTensor* e : L.ExpertStacks()) add(e->first);
   }
   return m;
 }

@@ -207,12 +207,8 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   };
   std::vector<Target> targets{{&w.output, nullptr}};
   for (LayerWeights& L : w.layers) {
-    for (kernels::Matrix* m : {&L.attn_q, &L.attn_k, &L.attn_v, &L.attn_output, &L.attn_qkv, &L.attn_gate, &L.ssm_beta,
-                               &L.ssm_alpha, &L.ssm_out, &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp,
-                               &L.ffn_down_shexp}) {
-      targets.push_back({m, nullptr});
-    }
-    for (ExpertTensor* e : {&L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps}) targets.push_back({&e->first, e});
+    for (kernels::Matrix* m : L.DenseMatrices()) targets.push_back({m, nullptr});
+    for (ExpertTensor* e : L.ExpertStacks()) targets.push_back({&e->first, e});
   }
   // One job per matrix (per expert for stacks), laid out back to back at 64-byte boundaries.
   struct Job {

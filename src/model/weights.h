@@ -2,6 +2,7 @@
 // hyperparameters, and the official file's quirks resolved once, at load.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -73,6 +74,24 @@ struct LayerWeights {
   kernels::Matrix ffn_gate_shexp;  ///< {n_embd, n_ff_shexp}
   kernels::Matrix ffn_up_shexp;    ///< {n_embd, n_ff_shexp}
   kernels::Matrix ffn_down_shexp;  ///< {n_ff_shexp, n_embd}
+
+  // One list for the const and mutable accessors below (Self deduces the constness).
+  template <class Self>
+  static auto Dense(Self& L) {
+    return std::array{&L.attn_q,         &L.attn_k,       &L.attn_v,        &L.attn_output, &L.attn_qkv,
+                      &L.attn_gate,      &L.ssm_beta,     &L.ssm_alpha,     &L.ssm_out,     &L.ffn_gate_inp,
+                      &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp};
+  }
+  template <class Self>
+  static auto Stacks(Self& L) {
+    return std::array{&L.ffn_gate_exps, &L.ffn_up_exps, &L.ffn_down_exps};
+  }
+  /// Every 2-D matrix of the layer (those of the other layer kind have data == nullptr), and the
+  /// three routed-expert stacks: the one list that load-time passes over the weights walk.
+  std::array<const kernels::Matrix*, 13> DenseMatrices() const { return Dense(*this); }
+  std::array<kernels::Matrix*, 13> DenseMatrices() { return Dense(*this); }
+  std::array<const ExpertTensor*, 3> ExpertStacks() const { return Stacks(*this); }
+  std::array<ExpertTensor*, 3> ExpertStacks() { return Stacks(*this); }
 };
 
 /// All weights of the network.
