@@ -56,6 +56,16 @@ if [[ -z $json_out ]] || grep -qv '^{' <<<"$json_out"; then
   echo "FAIL: bench -o json printed lines that are not JSON objects: ${json_out:0:300}"
   fail=1
 fi
+# The backend names the weights' tile copy, so a --no-repack figure cannot pass for a repacked one.
+if ! grep -q '"backend":"CPU [A-Z0-9_]* tiles"' <<<"$json_out"; then
+  echo "FAIL: bench -o json does not say the embedded model's weights were repacked: ${json_out:0:300}"
+  fail=1
+fi
+plain_out=$(timeout 120 "$cw" bench -p 8 -n 0 -r 1 --warmup 0 -o json --no-repack --log-level silent 2>/dev/null)
+if grep -q 'tiles' <<<"$plain_out" || ! grep -q '"backend":"CPU ' <<<"$plain_out"; then
+  echo "FAIL: bench --no-repack -o json: backend should be the bare CPU target: ${plain_out:0:300}"
+  fail=1
+fi
 # check on a random-weight synth file: no known answers, said plainly (not "wrong results").
 synth=$(mktemp --suffix=.gguf)
 "$cw" gguf synth --preset tiny --type Q8_0 -o "$synth" >/dev/null 2>&1

@@ -174,8 +174,11 @@ struct Row {
   std::string extra;
 };
 
-std::string Backend() {
-  return kernels::CurrentTargetName();
+// The SIMD target, and whether the Q8_0/Q4_0 matrices have their load-time tile copy: both change
+// the figures, and a run with `--no-repack` or over the repack allowance must not pass for one with.
+std::string Backend(const engine::Engine& e) {
+  return fmt::format("CPU {}{}", kernels::CurrentTargetName(),
+                     e.model().weights().packed_storage ? " tiles" : "");
 }
 
 void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>& rows) {
@@ -190,6 +193,7 @@ void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>&
       nlohmann::ordered_json j = {
           {"model", name},   {"threads", e.pool().size()}, {"test", r.test},
           {"unit", r.unit},  {"median", Median(r.values)}, {"samples", r.values},
+          {"backend", Backend(e)},
           {"extra", r.extra}};
       std::printf("%s\n", j.dump().c_str());
     }
@@ -199,9 +203,9 @@ void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>&
   std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
   for (const Row& r : rows) {
     const auto [lo, hi] = std::minmax_element(r.values.begin(), r.values.end());
-    std::printf("| %s | %.2f GiB | %.2f B | CPU %s | %d | %s | %.2f %s | %.2f | %.2f | %s |\n",
+    std::printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f %s | %.2f | %.2f | %s |\n",
                 name.c_str(), static_cast<double>(file.file_size()) / (1 << 30),
-                static_cast<double>(params) / 1e9, Backend().c_str(), e.pool().size(),
+                static_cast<double>(params) / 1e9, Backend(e).c_str(), e.pool().size(),
                 r.test.c_str(), Median(r.values), r.unit.c_str(), *lo, *hi, r.extra.c_str());
   }
 }
