@@ -66,7 +66,6 @@ struct DecodeParams {
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled };
 std::string_view FinishReasonName(FinishReason reason);
 
-/// Counters and timings of one generation (seconds; passes exclude prefill unless named).
 /// How CheckDecodeRanges names a parameter: as a command-line flag ("--draft-max") or as a
 /// DecodeParams / API field ("draft_max").
 enum class ParamNames : uint8_t { kFlags, kFields };
@@ -76,6 +75,7 @@ enum class ParamNames : uint8_t { kFlags, kFields };
 /// The one place these ranges live: the CLI, the server and Generation all call it.
 void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
 
+/// Counters and timings of one generation (seconds; passes exclude prefill unless named).
 struct DecodeStats {
   int64_t prompt_tokens = 0;    ///< prompt tokens prefilled in this generation (cached ones excluded)
   int64_t generated = 0;        ///< tokens emitted (EOG excluded)

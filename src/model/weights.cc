@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <memory>
 #include <new>
-#include <utility>
 #include <initializer_list>
 
 #include "base/error.h"
@@ -216,14 +215,19 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
     size_t offset;
   };
   std::vector<Job> jobs;
-  std::vector<std::pair<const Target*, size_t>> placed;  // target, offset of its first copy
+  struct Placed {
+    const Target* t;
+    size_t offset;  ///< of its first copy
+    size_t stride;  ///< bytes from one expert's copy to the next
+  };
+  std::vector<Placed> placed;
   size_t total = 0;
   for (const Target& t : targets) {
     if (!t.m->data) continue;
     const size_t bytes = kernels::RepackedBytes(*t.m);
     if (bytes == 0) continue;
     const size_t stride = (bytes + 63) / 64 * 64;
-    placed.emplace_back(&t, total);
+    placed.push_back({&t, total, stride});
     const int copies = t.experts ? t.experts->n_expert : 1;
     for (int e = 0; e < copies; ++e) {
       jobs.push_back({t.experts ? t.experts->Expert(e) : *t.m, total});
@@ -254,9 +258,9 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   } else {
     for (size_t j = 0; j < jobs.size(); ++j) run(static_cast<int64_t>(j), 0);
   }
-  for (const auto& [t, offset] : placed) {
-    t->m->packed = base + offset;
-    if (t->experts) t->experts->packed_stride = (kernels::RepackedBytes(*t->m) + 63) / 64 * 64;
+  for (const Placed& p : placed) {
+    p.t->m->packed = base + p.offset;
+    if (p.t->experts) p.t->experts->packed_stride = p.stride;
   }
   logger.Info("repacked {} Q8_0/Q4_0 matrices into the VNNI tile layout ({:.1f} MiB, bit-identical results)",
               placed.size(), total / 1048576.0);

@@ -242,14 +242,9 @@ void Server::Impl::CheckOptions() const {
 void Server::Impl::Load() {
   engine = engine::Engine::Load(options.engine);
   const model::Hparams& hp = engine->model().hparams();
-  if (options.n_ctx > 0) {
-    n_ctx_slot = options.n_ctx / options.n_slots;
-    Check(n_ctx_slot >= 16,
-          "-c {} over {} slots leaves {} tokens per slot; give at least 16 per slot", options.n_ctx,
-          options.n_slots, n_ctx_slot);
-  } else {
-    n_ctx_slot = hp.n_ctx_train > 0 ? std::min<int64_t>(4096, hp.n_ctx_train) : 4096;
-  }
+  // -c over -np was checked by CheckOptions, before the port was bound.
+  n_ctx_slot = options.n_ctx > 0 ? options.n_ctx / options.n_slots
+                                 : (hp.n_ctx_train > 0 ? std::min<int64_t>(4096, hp.n_ctx_train) : 4096);
   decode::DecodeParams p = WithDecodingFlags(engine->DefaultDecodeParams());
   // The flags passed CheckOptions; a model default they leave in place may still be out of range.
   decode::CheckDecodeRanges(p, decode::ParamNames::kFlags);
