@@ -43,11 +43,11 @@ GgmlType ModelFlags::KvType() const {
 }
 
 void DecodeFlags::Add(CLI::App* cmd) {
-  cmd->add_option("--mode", mode, "decoding mode: ar, diffusion or spec")->capture_default_str();
-  cmd->add_option("--block-size", block_size, "diffusion block / spec draft length (default: from the model, 32)");
-  cmd->add_option("--threshold", threshold, "diffusion commit threshold (default: from the model, 0.95)");
-  cmd->add_option("--draft-max", draft_max, "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15)");
-  cmd->add_option("--draft-p-min", draft_p_min,
+  cmd->add_option("--mode", decoding.mode, "decoding mode: ar, diffusion or spec")->capture_default_str();
+  cmd->add_option("--block-size", decoding.block_size, "diffusion block / spec draft length (default: from the model, 32)");
+  cmd->add_option("--threshold", decoding.threshold, "diffusion commit threshold (default: from the model, 0.95)");
+  cmd->add_option("--draft-max", decoding.draft_max, "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15)");
+  cmd->add_option("--draft-p-min", decoding.draft_p_min,
                   "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");
   cmd->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->capture_default_str();
   cmd->add_option("--temp,--temperature", temperature, "sampling temperature (0 = greedy, the default)");
@@ -62,11 +62,7 @@ void DecodeFlags::Add(CLI::App* cmd) {
 }
 
 decode::DecodeParams DecodeFlags::Apply(decode::DecodeParams p) const {
-  p.mode = decode::ParseMode(mode);
-  if (block_size != 0) p.block_size = block_size;
-  if (threshold != 0) p.threshold = static_cast<float>(threshold);
-  if (draft_max) p.draft_max = *draft_max;
-  if (draft_p_min) p.draft_p_min = static_cast<float>(*draft_p_min);
+  p = decoding.Apply(p);
   decode::CheckDecodeRanges(p, decode::ParamNames::kFlags);
   if (n_predict < 1) Fail("-n must be >= 1 (got {})", n_predict);
   p.max_tokens = n_predict;

@@ -36,11 +36,7 @@ bool IsSynthFile(const engine::Engine& e);
 /// --temp, --top-k, --top-p, --min-p, --seed, --presence-penalty, --frequency-penalty,
 /// --repeat-penalty, --no-dllm-biases.
 struct DecodeFlags {
-  std::string mode = "ar";
-  int block_size = 0;      // 0: model default
-  double threshold = 0;    // 0: model default
-  std::optional<int> draft_max;
-  std::optional<double> draft_p_min;
+  decode::DecodeOverrides decoding;
   int64_t n_predict = 256;
   std::optional<double> temperature, top_p, min_p, presence, frequency, repeat;
   std::optional<int> top_k;

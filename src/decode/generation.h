@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,6 +75,20 @@ enum class ParamNames : uint8_t { kFlags, kFields };
 /// not in (0, 1], draft_max not in [0, kMaxDraft] or draft_p_min not in [0, 1] (NaN included).
 /// The one place these ranges live: the CLI, the server and Generation all call it.
 void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
+
+/// The decoding settings a user picks over a model's defaults: the flags of `run` and `serve`
+/// (--mode, --block-size, --threshold, --draft-max, --draft-p-min), held once for both.
+struct DecodeOverrides {
+  std::string mode = "ar";            ///< ar | diffusion | spec
+  int block_size = 0;                 ///< tokens; 0: the model's
+  double threshold = 0;               ///< 0: the model's
+  std::optional<int> draft_max;       ///< spec drafts per round at most; unset: the engine's (15)
+  std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
+
+  /// `p` with these settings over it. Throws crossword::Error on an unknown mode; the ranges are
+  /// left to CheckDecodeRanges, so that a caller can check before a model's defaults exist.
+  DecodeParams Apply(DecodeParams p) const;
+};
 
 /// Counters and timings of one generation (seconds; passes exclude prefill unless named).
 struct DecodeStats {

@@ -207,15 +207,6 @@ void Server::Impl::Setup() {
         [this](const httplib::Request& q, httplib::Response& r) { HandleDetokenize(q, r); });
 }
 
-decode::DecodeParams Server::Impl::WithDecodingFlags(decode::DecodeParams p) const {
-  p.mode = decode::ParseMode(options.mode);
-  if (options.block_size != 0) p.block_size = options.block_size;
-  if (options.threshold != 0) p.threshold = static_cast<float>(options.threshold);
-  if (options.draft_max) p.draft_max = *options.draft_max;
-  if (options.draft_p_min) p.draft_p_min = static_cast<float>(*options.draft_p_min);
-  return p;
-}
-
 void Server::Impl::CheckOptions() const {
   Check(options.n_slots >= 1, "-np must be >= 1 (got {})", options.n_slots);
   Check(options.engine.threads >= 0, "-t must be >= 0, 0 meaning all cores (got {})", options.engine.threads);
@@ -232,11 +223,11 @@ void Server::Impl::CheckOptions() const {
         options.checkpoint_interval);
   Check(options.max_block_size == 0 || (options.max_block_size >= 2 && options.max_block_size <= 256),
         "--max-block-size must be 0 (the default) or in [2, 256] (got {})", options.max_block_size);
-  if (options.max_block_size > 0 && options.block_size > options.max_block_size) {
-    Fail("--block-size {} exceeds --max-block-size {}", options.block_size, options.max_block_size);
+  if (options.max_block_size > 0 && options.decoding.block_size > options.max_block_size) {
+    Fail("--block-size {} exceeds --max-block-size {}", options.decoding.block_size, options.max_block_size);
   }
   // The flags given, over valid stand-ins for the model's defaults (checked again after loading).
-  decode::CheckDecodeRanges(WithDecodingFlags(decode::DecodeParams{}), decode::ParamNames::kFlags);
+  decode::CheckDecodeRanges(options.decoding.Apply(decode::DecodeParams{}), decode::ParamNames::kFlags);
 }
 
 void Server::Impl::Load() {
@@ -245,7 +236,7 @@ void Server::Impl::Load() {
   // -c over -np was checked by CheckOptions, before the port was bound.
   n_ctx_slot = options.n_ctx > 0 ? options.n_ctx / options.n_slots
                                  : (hp.n_ctx_train > 0 ? std::min<int64_t>(4096, hp.n_ctx_train) : 4096);
-  decode::DecodeParams p = WithDecodingFlags(engine->DefaultDecodeParams());
+  decode::DecodeParams p = options.decoding.Apply(engine->DefaultDecodeParams());
   // The flags passed CheckOptions; a model default they leave in place may still be out of range.
   decode::CheckDecodeRanges(p, decode::ParamNames::kFlags);
   if (options.no_dllm_biases) p.dllm_biases = false;
@@ -253,7 +244,7 @@ void Server::Impl::Load() {
     Fail(
         "--mode {} needs a model with a mask token (tokenizer.ggml.mask_token_id); this one has "
         "none",
-        options.mode);
+        options.decoding.mode);
   }
   defaults.params = p;
   defaults.reasoning_format = options.reasoning_format;

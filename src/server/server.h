@@ -31,11 +31,7 @@ struct ServerOptions {
   int http_threads = 0;              ///< 0: max(16, 4 x slots + 8)
   size_t max_queue = 1024;
   // Request defaults.
-  std::string mode = "ar";  ///< --mode: ar | diffusion | spec
-  int block_size = 0;       ///< 0: the model's
-  double threshold = 0;     ///< 0: the model's
-  std::optional<int> draft_max;       ///< spec drafts per round at most; unset: the engine's (15)
-  std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
+  decode::DecodeOverrides decoding;  ///< --mode, --block-size, --threshold, --draft-max, --draft-p-min
   int max_block_size = 0;   ///< 0: max(32, the default block size)
   bool no_dllm_biases = false;
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;

@@ -139,15 +139,15 @@ void RegisterServerCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-queue", o.max_queue, "requests waiting for a slot beyond this get 503")
       ->capture_default_str();
-  cmd->add_option("--mode", o.mode, "default decoding mode: ar, diffusion or spec")
+  cmd->add_option("--mode", o.decoding.mode, "default decoding mode: ar, diffusion or spec")
       ->capture_default_str();
-  cmd->add_option("--block-size", o.block_size,
+  cmd->add_option("--block-size", o.decoding.block_size,
                   "default diffusion block / spec draft length (0: the model's)");
-  cmd->add_option("--threshold", o.threshold,
+  cmd->add_option("--threshold", o.decoding.threshold,
                   "default diffusion commit threshold (0: the model's)");
-  cmd->add_option("--draft-max", o.draft_max,
+  cmd->add_option("--draft-max", o.decoding.draft_max,
                   "default spec drafts per round at most, [0, 255] (0: block size - 1; default 15)");
-  cmd->add_option("--draft-p-min", o.draft_p_min,
+  cmd->add_option("--draft-p-min", o.decoding.draft_p_min,
                   "default spec verify cut: leading drafts with probability >= this, [0, 1] (default 0: all)");
   cmd->add_option("--max-block-size", o.max_block_size,
                   "largest block a request may ask for (0: max(32, default))");

@@ -100,9 +100,6 @@ struct Server::Impl {
   /// The flag checks that need no model; Run() does them before binding the port, so a bad flag
   /// exits before the "listening" line. Throws crossword::Error naming the flag.
   void CheckOptions() const;
-  /// `p` with the decoding flags given (--mode, --block-size, --threshold, --draft-max,
-  /// --draft-p-min) applied over it.
-  decode::DecodeParams WithDecodingFlags(decode::DecodeParams p) const;
   void Load();
   void Route(const std::string& method, const std::string& pattern,
              std::function<void(const httplib::Request&, httplib::Response&)> fn);
