@@ -67,6 +67,12 @@ if grep -q 'tiles' <<<"$plain_out" || ! grep -q '"backend":"CPU ' <<<"$plain_out
   echo "FAIL: bench --no-repack -o json: backend should be the bare CPU target: ${plain_out:0:300}"
   fail=1
 fi
+# run: a bad decoding flag fails before the model loads (no load log lines), as serve's do.
+early=$(timeout 60 "$cw" run -p hi --block-size 1 --log-level info 2>&1)
+if [[ $? -ne 2 ]] || grep -q "repacked" <<<"$early"; then
+  echo "FAIL: run --block-size 1 should exit 2 before loading the model: ${early:0:300}"
+  fail=1
+fi
 # check on a random-weight synth file: no known answers, said plainly (not "wrong results").
 synth=$(mktemp --suffix=.gguf)
 "$cw" gguf synth --preset tiny --type Q8_0 -o "$synth" >/dev/null 2>&1

@@ -31,6 +31,9 @@ std::string ReadFile(const std::string& path) {
 void Run(const RunFlags& f) {
   if (f.prompt.empty() == f.file.empty()) Fail("give exactly one of -p TEXT or -f FILE");
   const std::string text = f.file.empty() ? f.prompt : ReadFile(f.file);
+  // A bad decoding flag fails before the model loads, as in serve: the flags over valid stand-ins
+  // for the model's defaults (applied again over the real ones below).
+  f.decode.Apply(decode::DecodeParams{});
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const Logger& log = engine->logger();
   decode::DecodeParams params = f.decode.Apply(engine->DefaultDecodeParams());
