@@ -20,7 +20,7 @@ expect() {  # expect CODE PATTERN ARGS...: exit code CODE and PATTERN somewhere 
 expect 2 "subcommand" # no subcommand
 expect 2 "Could not convert" bench -p abc
 expect 2 "unknown command .not-a-command.; commands: run" not-a-command
-expect 2 "unknown decoding mode" run --mode bogus -p hi
+expect 2 "--mode must be ar, diffusion or spec (got 'bogus')" run --mode bogus -p hi
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi
 expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
 expect 2 "draft-p-min must be in" run --mode spec --draft-p-min 1.5 -p hi
@@ -35,6 +35,7 @@ expect_serve() {  # expect_serve PATTERN ARGS...
   fi
 }
 expect_serve "draft-max must be in" --draft-max -1
+expect_serve "--mode must be ar, diffusion or spec" --mode bogus
 expect_serve "draft-p-min must be in" --draft-p-min 2
 expect_serve "block-size must be in" --block-size 1
 expect_serve "max-block-size must be" --max-block-size 1

@@ -72,6 +72,10 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
 }
 
 DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
+  // Named after the flag, like the range errors below: these values come from the command line.
+  if (mode != "ar" && mode != "diffusion" && mode != "spec") {
+    Fail("--mode must be ar, diffusion or spec (got '{}')", mode);
+  }
   p.mode = ParseMode(mode);
   if (block_size != 0) p.block_size = block_size;
   if (threshold != 0) p.threshold = static_cast<float>(threshold);

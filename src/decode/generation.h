@@ -85,7 +85,7 @@ struct DecodeOverrides {
   std::optional<int> draft_max;       ///< spec drafts per round at most; unset: the engine's (15)
   std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
 
-  /// `p` with these settings over it. Throws crossword::Error on an unknown mode; the ranges are
+  /// `p` with these settings over it. Throws crossword::Error naming --mode on an unknown mode; the ranges are
   /// left to CheckDecodeRanges, so that a caller can check before a model's defaults exist.
   DecodeParams Apply(DecodeParams p) const;
 };
