@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/fp16.h"
 #include "base/mapped_file.h"
+#include "base/utf8.h"
 
 namespace crossword {
 namespace {
@@ -78,6 +79,53 @@ TEST(MappedFile, MapsAndReads) {
   }
   EXPECT_THROW(MappedFile::Open(path + ".missing"), Error);
   std::remove(path.c_str());
+}
+
+
+// Well-formed UTF-8 as the Unicode Standard's Table 3-7 lists it (byte ranges per position), a
+// formulation independent of DecodeUtf8At's bit arithmetic. Returns the length or 0.
+int Table37Length(const unsigned char* b, size_t n) {
+  auto in = [](unsigned char c, int lo, int hi) { return c >= lo && c <= hi; };
+  if (n >= 1 && b[0] <= 0x7F) return 1;
+  if (n >= 2 && in(b[0], 0xC2, 0xDF) && in(b[1], 0x80, 0xBF)) return 2;
+  if (n >= 3 && in(b[2], 0x80, 0xBF) &&
+      ((b[0] == 0xE0 && in(b[1], 0xA0, 0xBF)) || (in(b[0], 0xE1, 0xEC) && in(b[1], 0x80, 0xBF)) ||
+       (b[0] == 0xED && in(b[1], 0x80, 0x9F)) || (in(b[0], 0xEE, 0xEF) && in(b[1], 0x80, 0xBF)))) {
+    return 3;
+  }
+  if (n >= 4 && in(b[2], 0x80, 0xBF) && in(b[3], 0x80, 0xBF) &&
+      ((b[0] == 0xF0 && in(b[1], 0x90, 0xBF)) || (in(b[0], 0xF1, 0xF3) && in(b[1], 0x80, 0xBF)) ||
+       (b[0] == 0xF4 && in(b[1], 0x80, 0x8F)))) {
+    return 4;
+  }
+  return 0;
+}
+
+TEST(Utf8, DecodeAgreesWithTable37AndRoundTrips) {
+  std::mt19937 rng(7);
+  auto check = [](const std::string& s) {
+    char32_t cp = 0;
+    const int len = DecodeUtf8At(s, 0, cp);
+    const int want = Table37Length(reinterpret_cast<const unsigned char*>(s.data()), s.size());
+    ASSERT_EQ(len, want) << "bytes " << std::hex << static_cast<int>(static_cast<unsigned char>(s[0]));
+    if (len > 0) {
+      std::string back;
+      AppendUtf8(cp, back);
+      ASSERT_EQ(back, s.substr(0, len));
+    }
+  };
+  // Every 1-, 2- and 3-byte string (a cut sequence included), and 4-byte ones with random tails.
+  for (int a = 0; a < 256; ++a) {
+    check(std::string(1, static_cast<char>(a)));
+    for (int b = 0; b < 256; ++b) {
+      check({static_cast<char>(a), static_cast<char>(b)});
+      for (int c = 0x70; c < 0xD0; ++c) check({static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)});
+      for (int k = 0; k < 8; ++k) {
+        check({static_cast<char>(a), static_cast<char>(b), static_cast<char>(0x80 + rng() % 0x40),
+               static_cast<char>(rng() % 256)});
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -131,22 +131,11 @@ std::vector<char32_t> DecodeUtf8(std::string_view s) {
   out.reserve(s.size());
   size_t i = 0;
   while (i < s.size()) {
-    auto b = static_cast<unsigned char>(s[i]);
-    int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    char32_t cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
-    bool ok = len > 0 && i + len <= s.size();
-    for (int k = 1; ok && k < len; ++k) {
-      auto c = static_cast<unsigned char>(s[i + k]);
-      if ((c & 0xC0) != 0x80) ok = false;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    // Reject overlong forms, surrogates and values past U+10FFFF as Python's decoder does.
-    if (ok && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-               (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)) {
-      ok = false;
-    }
-    if (!ok) {
-      out.push_back(0xDC00 + b);
+    char32_t cp = 0;
+    const int len = DecodeUtf8At(s, i, cp);
+    if (len == 0) {
+      // Each invalid byte becomes a lone low surrogate, as Python's surrogateescape does.
+      out.push_back(0xDC00 + static_cast<unsigned char>(s[i]));
       ++i;
     } else {
       out.push_back(cp);
