@@ -22,6 +22,7 @@ expect 2 "Could not convert" bench -p abc
 expect 2 "unknown command .not-a-command.; commands: run" not-a-command
 expect 2 "--mode must be ar, diffusion or spec (got 'bogus')" run --mode bogus -p hi
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi
+expect 2 "--modes must be ar, diffusion or spec (got 'bogus')" check --modes ar bogus
 expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
 expect 2 "draft-p-min must be in" run --mode spec --draft-p-min 1.5 -p hi
 # serve checks its flags before binding the port: exit 2 and no "listening" line.

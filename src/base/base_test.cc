@@ -81,7 +81,6 @@ TEST(MappedFile, MapsAndReads) {
   std::remove(path.c_str());
 }
 
-
 // Well-formed UTF-8 as the Unicode Standard's Table 3-7 lists it (byte ranges per position), a
 // formulation independent of DecodeUtf8At's bit arithmetic. Returns the length or 0.
 int Table37Length(const unsigned char* b, size_t n) {
@@ -107,7 +106,8 @@ TEST(Utf8, DecodeAgreesWithTable37AndRoundTrips) {
     char32_t cp = 0;
     const int len = DecodeUtf8At(s, 0, cp);
     const int want = Table37Length(reinterpret_cast<const unsigned char*>(s.data()), s.size());
-    ASSERT_EQ(len, want) << "bytes " << std::hex << static_cast<int>(static_cast<unsigned char>(s[0]));
+    ASSERT_EQ(len, want) << "bytes " << std::hex
+                         << static_cast<int>(static_cast<unsigned char>(s[0]));
     if (len > 0) {
       std::string back;
       AppendUtf8(cp, back);
@@ -119,7 +119,8 @@ TEST(Utf8, DecodeAgreesWithTable37AndRoundTrips) {
     check(std::string(1, static_cast<char>(a)));
     for (int b = 0; b < 256; ++b) {
       check({static_cast<char>(a), static_cast<char>(b)});
-      for (int c = 0x70; c < 0xD0; ++c) check({static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)});
+      for (int c = 0x70; c < 0xD0; ++c)
+        check({static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)});
       for (int k = 0; k < 8; ++k) {
         check({static_cast<char>(a), static_cast<char>(b), static_cast<char>(0x80 + rng() % 0x40),
                static_cast<char>(rng() % 256)});

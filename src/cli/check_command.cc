@@ -59,6 +59,8 @@ std::vector<Question> Questions(const engine::Engine& e) {
 }
 
 void RunCheck(const CheckFlags& f) {
+  // A bad --modes entry fails before the model loads.
+  for (const std::string& mode_name : f.modes) decode::ParseMode(mode_name, "--modes");
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const std::vector<Question> qs = Questions(*engine);
   int failures = 0, total = 0;

@@ -9,11 +9,11 @@
 
 namespace crossword::decode {
 
-Mode ParseMode(std::string_view name) {
+Mode ParseMode(std::string_view name, std::string_view what) {
   if (name == "ar") return Mode::kAr;
   if (name == "diffusion") return Mode::kDiffusion;
   if (name == "spec") return Mode::kSpec;
-  Fail("unknown decoding mode '{}': use ar, diffusion or spec", name);
+  Fail("{} must be ar, diffusion or spec (got '{}')", what, name);
 }
 
 std::string_view ModeName(Mode mode) {
@@ -72,11 +72,7 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
 }
 
 DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
-  // Named after the flag, like the range errors below: these values come from the command line.
-  if (mode != "ar" && mode != "diffusion" && mode != "spec") {
-    Fail("--mode must be ar, diffusion or spec (got '{}')", mode);
-  }
-  p.mode = ParseMode(mode);
+  p.mode = ParseMode(mode, "--mode");  // named after the flag, like the range errors
   if (block_size != 0) p.block_size = block_size;
   if (threshold != 0) p.threshold = static_cast<float>(threshold);
   if (draft_max) p.draft_max = *draft_max;

@@ -18,8 +18,9 @@
 namespace crossword::decode {
 
 enum class Mode : uint8_t { kAr, kDiffusion, kSpec };
-/// "ar" | "diffusion" | "spec"; throws crossword::Error otherwise.
-Mode ParseMode(std::string_view name);
+/// "ar" | "diffusion" | "spec"; otherwise throws crossword::Error "WHAT must be ar, diffusion or
+/// spec (got 'NAME')", where `what` names the source (a flag such as "--mode").
+Mode ParseMode(std::string_view name, std::string_view what = "the decoding mode");
 std::string_view ModeName(Mode mode);
 
 /// Clover's long-generation logit biases (docs/decoding.md): value x clamp((t - start) / window,
@@ -85,8 +86,9 @@ struct DecodeOverrides {
   std::optional<int> draft_max;       ///< spec drafts per round at most; unset: the engine's (15)
   std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
 
-  /// `p` with these settings over it. Throws crossword::Error naming --mode on an unknown mode; the ranges are
-  /// left to CheckDecodeRanges, so that a caller can check before a model's defaults exist.
+  /// `p` with these settings over it. Throws crossword::Error naming --mode on an unknown mode;
+  /// the ranges are left to CheckDecodeRanges, so that a caller can check before a model's
+  /// defaults exist.
   DecodeParams Apply(DecodeParams p) const;
 };
 
