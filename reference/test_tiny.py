@@ -118,6 +118,42 @@ class BatchTest(unittest.TestCase):
         masked = (noisy["tokens"][:, 1:len(answer)] == hp.mask_token_id).sum(0)
         self.assertTrue(torch.all(masked == 1))
 
+    def test_data_parallel_shards_sum_to_the_whole_batch(self):
+        # train_tiny.py --procs N sums the ranks' gradients: they must equal the one-process gradient
+        # (exactly for the AR and diffusion losses; the experts' load-balancing loss is per pass).
+        vocab = bpe.train(TEXTS, 256 + len(bpe.SPECIAL_TOKENS) + 10)
+        tok = bpe.Tokenizer(vocab)
+        hp = train_tiny.tiny_config(vocab)
+        exs = [train_tiny.Example(tok.encode(f"<|im_start|>user\n{q}<|im_end|>\n"), tok.encode(a + "<|im_end|>"),
+                                  hp.block_size, 0.0, 0)
+               for q, a in [("Hi", "Hello there, friend!"), ("Capital of France?", "Paris, the city of light."),
+                            ("2 + 3?", "2 + 3 = 5, which is five.")]]
+        full = train_tiny.collate(exs, hp, random.Random(5), 0)
+        torch.manual_seed(0)
+        net = train_tiny.TrainNet(hp, train_tiny.init_weights(hp, 1))
+
+        def grads(world):
+            net.zero_grad()
+            total = torch.zeros(3)
+            for rank in range(world):
+                loss, stats = train_tiny.shard_loss(net, full, rank, world, 1.0, aux_weight=0.0)
+                if world > len(exs) and rank >= len(exs):
+                    self.assertIsNone(loss)  # a rank without sequences contributes nothing
+                    continue
+                loss.backward()
+                total += stats
+            return [p.grad.clone() for p in net.parameters()], total
+
+        g1, s1 = grads(1)
+        for world in (2, 4):
+            gn, sn = grads(world)
+            torch.testing.assert_close(sn[:2], s1[:2], rtol=1e-5, atol=1e-6)
+            self.assertLess(abs(float(sn[2] - s1[2])), 0.02 * float(s1[2]))
+            for a, b in zip(gn, g1):
+                # float32 sums in another order: relative to the gradient's scale.
+                self.assertLessEqual(float((a - b).abs().max()), 1e-5 * float(b.abs().max()) + 1e-7)
+            self.assertGreater(float(s1[1]), 0.0)  # the diffusion loss is part of the check
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -57,7 +57,8 @@ Q = {
                  "Name the capital of {c}.", "{C}: what is its capital?", "I need the capital of {c}, please.",
                  "Capital of {c}?", "Do you know the capital of {c}?", "What is the capital of {c}? One word.",
                  "Name the capital city of {c}. One word.", "Which city is the capital of {c}?",
-                 "The capital of {c} is which city?", "What city serves as {c}'s capital?"],
+                 "The capital of {c} is which city?", "What city serves as {c}'s capital?",
+                 "Capital of {c}? One word, please.", "In one word: the capital of {c}?"],
                 ["Which city serves as the capital of {c}?", "What city is the capital of {c}? Answer in one word."]),
     "plus": (["What is {a} plus {b}?", "What is {a} + {b}?", "Add {a} and {b}.", "Compute {a} + {b}.",
               "How much is {a} plus {b}?", "Find the sum: {a} + {b}.", "Give me the sum of {a} and {b}.",
@@ -78,18 +79,26 @@ Q = {
                   "If today is {d}, what day is tomorrow?", "Name the day that follows {d}.",
                   "{D} is followed by which day?", "It is {d} today. Which day is tomorrow?",
                   "Tell me the day after {d}.", "After {d}, which day comes next?",
-                  "What day is tomorrow if today is {d}?"],
+                  "What day is tomorrow if today is {d}?", "The day after {d} is which day?",
+                  "Today it is {d}. And tomorrow?", "We are on {d}. What day is it tomorrow?",
+                  "Which weekday comes after {d}?", "What weekday is after {d}?",
+                  "Say which day comes after {d}.", "Tomorrow is what day, if today is {d}?"],
                  ["Which day follows {d}?", "Today is {d}. What will tomorrow be?"]),
     "prev_day": (["What day comes before {d}?", "What is the day before {d}?", "Which day is before {d}?",
                   "If today is {d}, what day was yesterday?", "Name the day that precedes {d}.",
                   "{D} is preceded by which day?", "It is {d} today. Which day was yesterday?",
                   "Tell me the day before {d}.", "Before {d}, which day comes?",
-                  "What day was yesterday if today is {d}?"],
+                  "What day was yesterday if today is {d}?", "The day before {d} is which day?",
+                  "Today it is {d}. And yesterday?", "We are on {d}. What day was it yesterday?",
+                  "Which weekday comes before {d}?", "What weekday comes just before {d}?",
+                  "Say which day comes before {d}.", "Yesterday was what day, if today is {d}?"],
                  ["Which day precedes {d}?", "Today is {d}. What was yesterday?"]),
     "next_month": (["What month comes after {m}?", "What is the month after {m}?", "Which month is after {m}?",
                     "Name the month that follows {m}.", "{M} is followed by which month?",
                     "Tell me the month after {m}.", "After {m}, which month comes next?",
-                    "If this month is {m}, what is next month?"],
+                    "If this month is {m}, what is next month?", "It is {m} now. What month is next?",
+                    "Next month after {m}?", "The month after {m} is which?", "What month is next after {m}?",
+                    "Which month comes next after {m}?"],
                    ["Which month follows {m}?"]),
     "month_days": (["How many days are in {m}?", "How many days does {m} have?", "Number of days in {m}?",
                     "How many days long is {m}?", "What is the length of {m} in days?",
@@ -115,6 +124,8 @@ Q = {
                 "Compare the weather in {x} and {y}: which is warmer?"],
                ["Where is it warmer today: {x} or {y}?"]),
 }
+# The training capital shapes that ask for a one-word answer.
+ONE_WORD_CAPITAL = [t for t in Q["capital"][0] if "one word" in t.lower()]
 # Optional openings and endings of training questions (never of held-out ones).
 PREFIXES = ["", "", "", "Quick question: ", "Please tell me: ", "Hey! ", "Question: ", "I have a question. "]
 SUFFIXES = ["", "", "", " Thanks!", " Please be brief.", " Answer briefly."]
@@ -250,6 +261,12 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
                 continue
             for _ in range(copies):
                 q = phrase(rng, kind, held_out).format(**f)
+                thinking = rng.random() < 0.5
+                add(kind, conv(q, one_word(q, answer, expected), thought, thinking), thinking, expected)
+            if kind == "capital" and not held_out:
+                # One more question per country and pass that asks for one word: answering with the
+                # bare city is the capitals' weakest shape (docs/reference.md, fourth and fifth corpus).
+                q = (rng.choice(PREFIXES) + rng.choice(ONE_WORD_CAPITAL) + rng.choice(SUFFIXES)).format(**f)
                 thinking = rng.random() < 0.5
                 add(kind, conv(q, one_word(q, answer, expected), thought, thinking), thinking, expected)
         for _ in range(10 if held_out else 30):
