@@ -136,10 +136,12 @@ def train_phrasings(kind: str):
     return {p + t + s for t in Q[kind][0] for p in PREFIXES for s in SUFFIXES}
 
 
-def phrase(rng, kind: str, held_out: bool) -> str:
+def phrase(rng, kind: str, held_out: bool, shapes=None) -> str:
+    """A held-out sentence, or a training shape (from `shapes`, default all of the family's) with an
+    optional opening and ending."""
     if held_out:
         return rng.choice(Q[kind][1])
-    return rng.choice(PREFIXES) + rng.choice(Q[kind][0]) + rng.choice(SUFFIXES)
+    return rng.choice(PREFIXES) + rng.choice(shapes or Q[kind][0]) + rng.choice(SUFFIXES)
 
 
 WEATHER_TOOL = {"type": "function", "function": {
@@ -259,14 +261,13 @@ def chat_examples(rng, r: Renderer, held_out: bool, repeats: int):
             every, copies = (1, 1) if held_out else TRAIN_COPIES.get(kind, (1, 1))
             if rep % every != 0:
                 continue
-            for _ in range(copies):
-                q = phrase(rng, kind, held_out).format(**f)
-                thinking = rng.random() < 0.5
-                add(kind, conv(q, one_word(q, answer, expected), thought, thinking), thinking, expected)
+            shapes = [None] * copies
             if kind == "capital" and not held_out:
                 # One more question per country and pass that asks for one word: answering with the
                 # bare city is the capitals' weakest shape (docs/reference.md, fourth and fifth corpus).
-                q = (rng.choice(PREFIXES) + rng.choice(ONE_WORD_CAPITAL) + rng.choice(SUFFIXES)).format(**f)
+                shapes.append(ONE_WORD_CAPITAL)
+            for s in shapes:
+                q = phrase(rng, kind, held_out, s).format(**f)
                 thinking = rng.random() < 0.5
                 add(kind, conv(q, one_word(q, answer, expected), thought, thinking), thinking, expected)
         for _ in range(10 if held_out else 30):

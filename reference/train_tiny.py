@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import socket
 import sys
 import time
 
@@ -243,7 +244,6 @@ def shard_loss(net, full, rank: int, world: int, diff_weight: float, aux_weight:
 
 
 def free_port() -> int:
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -365,7 +365,6 @@ def train(rank: int, a, port: int):
             for gp in opt.param_groups:
                 gp["lr"] = lr
             full = collate(batch, hp, rng, pad_id)
-            n_noisy = int((full[5]["targets"] != -100).sum()) if full[5] is not None else 0
             stats = torch.zeros(4)  # AR loss, diffusion loss, aux loss, rank 0's clock
             opt.zero_grad()
             loss, stats[:3] = shard_loss(net, full, rank, world, a.diff_weight)
@@ -388,7 +387,7 @@ def train(rank: int, a, port: int):
             step += 1
             hist["ar"].append(float(stats[0]))
             hist["aux"].append(float(stats[2]))
-            if n_noisy:
+            if full[5] is not None:  # the batch has answer blocks, hence a diffusion loss
                 hist["diff"].append(float(stats[1]))
             if step % 50 == 0:
                 mean = {k: (sum(v[-50:]) / max(1, len(v[-50:]))) for k, v in hist.items()}
