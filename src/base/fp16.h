@@ -35,10 +35,11 @@ inline uint16_t F32ToF16(float f) {
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) {  // inf or nan
-    return sign | (ax > 0x7f800000u ? 0x7e00u | static_cast<uint16_t>((ax >> 13) & 0x3ffu) : 0x7c00u);
+    return sign |
+           (ax > 0x7f800000u ? 0x7e00u | static_cast<uint16_t>((ax >> 13) & 0x3ffu) : 0x7c00u);
   }
   if (ax >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520 -> inf
-  if (ax < 0x38800000u) {                         // result is subnormal or zero
+  if (ax < 0x38800000u) {                        // result is subnormal or zero
     // value * 2^24 rounded to integer, ties to even.
     const float v = std::bit_cast<float>(ax) * 16777216.0f;  // exact scaling by power of two
     // Round half to even on a float that is < 1024.

@@ -18,8 +18,7 @@ LogLevel ParseLogLevel(std::string_view name);
 class Logger {
  public:
   Logger() : Logger(LogLevel::kInfo, stderr) {}
-  explicit Logger(LogLevel min_level, std::FILE* out = stderr)
-      : min_level_(min_level), out_(out) {}
+  explicit Logger(LogLevel min_level, std::FILE* out = stderr) : min_level_(min_level), out_(out) {}
 
   /// A logger that drops everything (tests, libraries used quietly).
   static Logger Silent() { return Logger(LogLevel::kSilent, nullptr); }

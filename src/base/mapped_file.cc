@@ -36,25 +36,31 @@ MappedFile MappedFile::Open(const std::string& path, const MapOptions& options) 
   if (f.size_ == 0) return f;
   if (options.use_mmap) {
     void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_SHARED, fd.fd, 0);
-    if (p == MAP_FAILED) Fail("cannot mmap '{}' ({} bytes): {}", path, f.size_, std::strerror(errno));
+    if (p == MAP_FAILED)
+      Fail("cannot mmap '{}' ({} bytes): {}", path, f.size_, std::strerror(errno));
     f.data_ = static_cast<const std::byte*>(p);
     f.mapped_ = true;
   } else {
     f.owned_.reset(new (std::nothrow) std::byte[f.size_]);
-    if (!f.owned_) Fail("cannot allocate {} bytes to read '{}' (try without --no-mmap)", f.size_, path);
+    if (!f.owned_)
+      Fail("cannot allocate {} bytes to read '{}' (try without --no-mmap)", f.size_, path);
     uint64_t done = 0;
     while (done < f.size_) {
       ssize_t n = ::pread(fd.fd, f.owned_.get() + done, f.size_ - done, static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) Fail("cannot read '{}' at byte {}: {}", path, done, n < 0 ? std::strerror(errno) : "short read");
+      if (n <= 0)
+        Fail("cannot read '{}' at byte {}: {}", path, done,
+             n < 0 ? std::strerror(errno) : "short read");
       done += static_cast<uint64_t>(n);
     }
     f.data_ = f.owned_.get();
   }
   if (options.lock) {
     if (::mlock(f.data_, f.size_) != 0) {
-      Fail("cannot mlock {} bytes of '{}': {} (raise RLIMIT_MEMLOCK with 'ulimit -l', or drop --mlock)",
-           f.size_, path, std::strerror(errno));
+      Fail(
+          "cannot mlock {} bytes of '{}': {} (raise RLIMIT_MEMLOCK with 'ulimit -l', or drop "
+          "--mlock)",
+          f.size_, path, std::strerror(errno));
     }
     f.locked_ = true;
   }

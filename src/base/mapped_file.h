@@ -10,7 +10,7 @@ namespace crossword {
 
 struct MapOptions {
   bool use_mmap = true;  ///< false: read the whole file into an owned heap buffer (`--no-mmap`).
-  bool lock = false;     ///< mlock the pages (`--mlock`); failure is an Error naming RLIMIT_MEMLOCK.
+  bool lock = false;  ///< mlock the pages (`--mlock`); failure is an Error naming RLIMIT_MEMLOCK.
 };
 
 /// A file's bytes, valid for the lifetime of the object. Move-only.

@@ -136,7 +136,8 @@ void SanityQuestion(const engine::Engine& e, FILE* out) {
   }
   if (question.empty()) {
     std::fprintf(
-        out, "sanity: not checked: no known-answer question for this file (no crossword.selfcheck key "
+        out,
+        "sanity: not checked: no known-answer question for this file (no crossword.selfcheck key "
         "and not "
         "a full-vocabulary Clover file)\n");
     return;
@@ -175,7 +176,8 @@ struct Row {
 };
 
 // The SIMD target, and whether the Q8_0/Q4_0 matrices have their load-time tile copy: both change
-// the figures, and a run with `--no-repack` or over the repack allowance must not pass for one with.
+// the figures, and a run with `--no-repack` or over the repack allowance must not pass for one
+// with.
 std::string Backend(const engine::Engine& e) {
   return fmt::format("CPU {}{}", kernels::CurrentTargetName(),
                      e.model().weights().packed_storage ? " tiles" : "");
@@ -190,11 +192,14 @@ void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>&
     name = name.substr(slash + 1);
   if (f.output == "json") {
     for (const Row& r : rows) {
-      nlohmann::ordered_json j = {
-          {"model", name},   {"threads", e.pool().size()}, {"test", r.test},
-          {"unit", r.unit},  {"median", Median(r.values)}, {"samples", r.values},
-          {"backend", Backend(e)},
-          {"extra", r.extra}};
+      nlohmann::ordered_json j = {{"model", name},
+                                  {"threads", e.pool().size()},
+                                  {"test", r.test},
+                                  {"unit", r.unit},
+                                  {"median", Median(r.values)},
+                                  {"samples", r.values},
+                                  {"backend", Backend(e)},
+                                  {"extra", r.extra}};
       std::printf("%s\n", j.dump().c_str());
     }
     return;
@@ -220,8 +225,8 @@ void RunBench(const BenchFlags& f) {
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const model::Model& m = engine->model();
   ThreadPool& pool = engine->pool();
-  std::fprintf(info, "load: %.2f s (%s, %s)\n", engine->load_seconds(), engine->model_name().c_str(),
-              f.model.no_mmap ? "read into RAM" : "mmap");
+  std::fprintf(info, "load: %.2f s (%s, %s)\n", engine->load_seconds(),
+               engine->model_name().c_str(), f.model.no_mmap ? "read into RAM" : "mmap");
   SanityQuestion(*engine, info);
 
   const int64_t n_vocab = m.hparams().n_vocab;
@@ -341,8 +346,9 @@ void RunBench(const BenchFlags& f) {
   }
   Print(f, *engine, rows);
   if (!bw_tensor.empty()) {
-    std::fprintf(info, "machine read bandwidth: %.1f GB/s (%d threads, best of 5 reads of %s, %.2f GB)\n",
-                bw, pool.size(), bw_tensor.c_str(), static_cast<double>(bw_bytes) / 1e9);
+    std::fprintf(info,
+                 "machine read bandwidth: %.1f GB/s (%d threads, best of 5 reads of %s, %.2f GB)\n",
+                 bw, pool.size(), bw_tensor.c_str(), static_cast<double>(bw_bytes) / 1e9);
   }
   std::fprintf(info, "load average after: %s\n", LoadAverage().c_str());
   std::fflush(stdout);

@@ -31,12 +31,14 @@ std::string Lower(std::string s) {
 }
 
 // The file's own questions (metadata key crossword.selfcheck: a JSON array of
-// {"question", "answer"}), else the published known answer for a full-vocabulary Clover/Qwen3.5 file.
+// {"question", "answer"}), else the published known answer for a full-vocabulary Clover/Qwen3.5
+// file.
 std::vector<Question> Questions(const engine::Engine& e) {
   std::vector<Question> qs;
   if (auto src = e.model().file().GetString("crossword.selfcheck")) {
     nlohmann::json j = nlohmann::json::parse(*src, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_array()) Fail("crossword.selfcheck must be a JSON array of {{\"question\", \"answer\"}}");
+    if (!j.is_array())
+      Fail("crossword.selfcheck must be a JSON array of {{\"question\", \"answer\"}}");
     for (const auto& q : j) {
       if (!q.is_object() || !q.contains("question") || !q.contains("answer")) {
         Fail("crossword.selfcheck entries need \"question\" and \"answer\"");
@@ -47,15 +49,19 @@ std::vector<Question> Questions(const engine::Engine& e) {
   }
   // A synth file has the full vocabulary but random weights: no question has a right answer.
   if (IsSynthFile(e)) {
-    Fail("{} is a crossword synth file (random weights): it has no known answers, so there is nothing to check",
-         e.model_name());
+    Fail(
+        "{} is a crossword synth file (random weights): it has no known answers, so there is "
+        "nothing to check",
+        e.model_name());
   }
   if (e.model().hparams().n_vocab >= 248000) {  // the Qwen3.5 vocabulary (clover-facts.md)
     qs.push_back({"What is the capital of Australia? One word.", "Canberra"});
     return qs;
   }
-  Fail("{} has no known-answer questions (no crossword.selfcheck key and not a full-vocabulary Clover file)",
-       e.model_name());
+  Fail(
+      "{} has no known-answer questions (no crossword.selfcheck key and not a full-vocabulary "
+      "Clover file)",
+      e.model_name());
 }
 
 void RunCheck(const CheckFlags& f) {
@@ -77,11 +83,13 @@ void RunCheck(const CheckFlags& f) {
       nlohmann::ordered_json kwargs = {{"enable_thinking", f.think}};
       auto cp = engine->EncodeChat(messages, nlohmann::ordered_json::array(), kwargs);
       params.think_open = cp.think_open;
-      auto state = engine->NewState(static_cast<int64_t>(cp.tokens.size()) + f.n_predict + 8, f.model.KvType());
+      auto state = engine->NewState(static_cast<int64_t>(cp.tokens.size()) + f.n_predict + 8,
+                                    f.model.KvType());
       decode::Generation gen = engine::RunGeneration(*engine, *state, cp.tokens, params, nullptr);
       chat::ParseOptions po;
       po.thinking_opened = cp.think_open;
-      const chat::ParsedOutput out = chat::ParseOutput(engine->tokenizer().Decode(gen.output(), false), po);
+      const chat::ParsedOutput out =
+          chat::ParseOutput(engine->tokenizer().Decode(gen.output(), false), po);
       const bool ok = Lower(out.content).find(Lower(q.answer)) != std::string::npos;
       right += ok;
       ++total;
@@ -95,9 +103,11 @@ void RunCheck(const CheckFlags& f) {
   }
   std::fflush(stdout);
   if (failures > 0) {
-    Fail("check failed: {} of {} known-answer questions answered wrongly; this file or build gives wrong "
-         "results (do not trust its speed figures)",
-         failures, total);
+    Fail(
+        "check failed: {} of {} known-answer questions answered wrongly; this file or build gives "
+        "wrong "
+        "results (do not trust its speed figures)",
+        failures, total);
   }
 }
 
@@ -105,10 +115,12 @@ void RunCheck(const CheckFlags& f) {
 
 void RegisterCheckCommand(CLI::App& app) {
   auto flags = std::make_shared<CheckFlags>();
-  CLI::App* cmd = app.add_subcommand("check", "ask known-answer questions in each decoding mode; fail on a wrong answer");
+  CLI::App* cmd = app.add_subcommand(
+      "check", "ask known-answer questions in each decoding mode; fail on a wrong answer");
   flags->model.Add(cmd, /*model_required=*/false);
   cmd->add_option("--modes", flags->modes, "modes to check")->capture_default_str();
-  cmd->add_option("-n,--n-predict", flags->n_predict, "answer tokens at most")->capture_default_str();
+  cmd->add_option("-n,--n-predict", flags->n_predict, "answer tokens at most")
+      ->capture_default_str();
   cmd->add_flag("--think", flags->think, "let the model think first (enable_thinking = true)");
   cmd->add_flag("-v,--verbose", flags->verbose, "print every answer");
   cmd->callback([flags] { RunCheck(*flags); });

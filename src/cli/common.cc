@@ -6,16 +6,20 @@
 namespace crossword::cli {
 
 void ModelFlags::Add(CLI::App* cmd, bool model_required) {
-  auto* m = cmd->add_option("-m,--model", model, "GGUF model file (default: the embedded tiny model)");
+  auto* m =
+      cmd->add_option("-m,--model", model, "GGUF model file (default: the embedded tiny model)");
   if (model_required) m->required();
   cmd->add_option("-t,--threads", threads, "threads (default: all cores)");
-  cmd->add_option("-c,--ctx-size", n_ctx, "context size in tokens (prompt + answer)")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", n_ctx, "context size in tokens (prompt + answer)")
+      ->capture_default_str();
   cmd->add_flag("--no-mmap", no_mmap, "read the model into RAM instead of mapping it");
   cmd->add_flag("--mlock", mlock, "pin the model in RAM");
-  cmd->add_flag("--no-repack", no_repack,
-                "keep no tile-layout copy of Q8_0/Q4_0 weights (multi-row passes repack on the fly)");
+  cmd->add_flag(
+      "--no-repack", no_repack,
+      "keep no tile-layout copy of Q8_0/Q4_0 weights (multi-row passes repack on the fly)");
   cmd->add_option("--kv-type", kv_type, "KV cache type: f16 or f32")->capture_default_str();
-  cmd->add_option("--log-level", log_level, "debug, info, warn, error or silent")->capture_default_str();
+  cmd->add_option("--log-level", log_level, "debug, info, warn, error or silent")
+      ->capture_default_str();
 }
 
 bool IsSynthFile(const engine::Engine& e) {
@@ -43,14 +47,20 @@ GgmlType ModelFlags::KvType() const {
 }
 
 void DecodeFlags::Add(CLI::App* cmd) {
-  cmd->add_option("--mode", decoding.mode, "decoding mode: ar, diffusion or spec")->capture_default_str();
-  cmd->add_option("--block-size", decoding.block_size, "diffusion block / spec draft length (default: from the model, 32)");
-  cmd->add_option("--threshold", decoding.threshold, "diffusion commit threshold (default: from the model, 0.95)");
-  cmd->add_option("--draft-max", decoding.draft_max, "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15)");
-  cmd->add_option("--draft-p-min", decoding.draft_p_min,
-                  "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");
+  cmd->add_option("--mode", decoding.mode, "decoding mode: ar, diffusion or spec")
+      ->capture_default_str();
+  cmd->add_option("--block-size", decoding.block_size,
+                  "diffusion block / spec draft length (default: from the model, 32)");
+  cmd->add_option("--threshold", decoding.threshold,
+                  "diffusion commit threshold (default: from the model, 0.95)");
+  cmd->add_option("--draft-max", decoding.draft_max,
+                  "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15)");
+  cmd->add_option(
+      "--draft-p-min", decoding.draft_p_min,
+      "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");
   cmd->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->capture_default_str();
-  cmd->add_option("--temp,--temperature", temperature, "sampling temperature (0 = greedy, the default)");
+  cmd->add_option("--temp,--temperature", temperature,
+                  "sampling temperature (0 = greedy, the default)");
   cmd->add_option("--top-k", top_k, "top-k sampling (0 = off)");
   cmd->add_option("--top-p", top_p, "top-p sampling (1 = off)");
   cmd->add_option("--min-p", min_p, "min-p sampling (0 = off)");
@@ -58,7 +68,8 @@ void DecodeFlags::Add(CLI::App* cmd) {
   cmd->add_option("--presence-penalty", presence, "presence penalty (clover_moe default 0.9)");
   cmd->add_option("--frequency-penalty", frequency, "frequency penalty");
   cmd->add_option("--repeat-penalty", repeat, "repetition penalty (clover_moe default 1.05)");
-  cmd->add_flag("--no-dllm-biases", no_dllm_biases, "switch off Clover's long-generation length/think-end biases");
+  cmd->add_flag("--no-dllm-biases", no_dllm_biases,
+                "switch off Clover's long-generation length/think-end biases");
 }
 
 decode::DecodeParams DecodeFlags::Apply(decode::DecodeParams p) const {

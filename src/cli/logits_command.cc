@@ -47,8 +47,9 @@ void PrintRow(int64_t pos, int32_t token, std::span<const float> row, int top) {
   std::vector<int32_t> idx(row.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
   const size_t k = std::min<size_t>(top, idx.size());
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return row[a] > row[b] || (row[a] == row[b] && a < b);
+  });
   std::string line = fmt::format("{{\"pos\":{},\"token\":{},\"top\":[", pos, token);
   for (size_t i = 0; i < k; ++i) {
     line += fmt::format("{}[{},{:.7g}]", i ? "," : "", idx[i], row[idx[i]] - lse);
@@ -62,7 +63,8 @@ void RunLogits(const LogitsFlags& f) {
   if (f.top < 1) Fail("--top must be >= 1");
   if (f.batch < 1) Fail("--batch must be >= 1");
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
-  const std::vector<int32_t> ids = f.tokens.empty() ? engine->tokenizer().Encode(f.prompt, false) : ParseIds(f.tokens);
+  const std::vector<int32_t> ids =
+      f.tokens.empty() ? engine->tokenizer().Encode(f.prompt, false) : ParseIds(f.tokens);
   if (ids.empty()) Fail("no tokens to evaluate");
   const int64_t n = static_cast<int64_t>(ids.size());
   auto state = engine->NewState(std::max<int64_t>(f.model.n_ctx, n), f.model.KvType());
@@ -74,14 +76,16 @@ void RunLogits(const LogitsFlags& f) {
   int64_t pos = 0;
   while (pos < n) {
     // Positions >= decode_from go one token per pass (the decode path); the rest in batches.
-    const int64_t chunk = (f.decode_from >= 0 && pos >= f.decode_from)
-                              ? 1
-                              : std::min(f.batch, (f.decode_from >= 0 ? std::max(f.decode_from, pos + 1) : n) - pos);
+    const int64_t chunk =
+        (f.decode_from >= 0 && pos >= f.decode_from)
+            ? 1
+            : std::min(f.batch, (f.decode_from >= 0 ? std::max(f.decode_from, pos + 1) : n) - pos);
     const int64_t len = std::min(chunk, n - pos);
     model::SequenceInput in;
     in.state = state.get();
     in.tokens = std::span<const int32_t>(ids).subspan(pos, len);
-    in.logits = f.all ? model::LogitRows::kAll : (pos + len == n ? model::LogitRows::kLast : model::LogitRows::kNone);
+    in.logits = f.all ? model::LogitRows::kAll
+                      : (pos + len == n ? model::LogitRows::kLast : model::LogitRows::kNone);
     engine->model().Forward({&in, 1}, ctx, engine->pool());
     std::span<const float> lg = ctx.logits(0);
     const int64_t rows = ctx.n_logit_rows(0);
@@ -97,14 +101,17 @@ void RunLogits(const LogitsFlags& f) {
 
 void RegisterLogitsCommand(CLI::App& app) {
   auto flags = std::make_shared<LogitsFlags>();
-  CLI::App* cmd = app.add_subcommand("logits", "print top-K log-probabilities per position as JSON lines");
+  CLI::App* cmd =
+      app.add_subcommand("logits", "print top-K log-probabilities per position as JSON lines");
   flags->model.Add(cmd, /*model_required=*/false);
-  cmd->add_option("-p,--prompt", flags->prompt, "text to evaluate (tokenized without special tokens)");
+  cmd->add_option("-p,--prompt", flags->prompt,
+                  "text to evaluate (tokenized without special tokens)");
   cmd->add_option("--tokens", flags->tokens, "comma-separated token ids to evaluate");
   cmd->add_option("--top", flags->top, "entries per position")->capture_default_str();
   cmd->add_flag("--all", flags->all, "print every position (default: the last one)");
   cmd->add_option("--batch", flags->batch, "tokens per forward pass")->capture_default_str();
-  cmd->add_option("--decode-from", flags->decode_from, "evaluate positions from here one token per pass");
+  cmd->add_option("--decode-from", flags->decode_from,
+                  "evaluate positions from here one token per pass");
   cmd->callback([flags] { RunLogits(*flags); });
 }
 

@@ -53,13 +53,14 @@ void Run(const RunFlags& f) {
     if (prompt.empty()) Fail("the prompt encodes to no tokens");
     params.think_open = engine->ThinkOpen(prompt);
   }
-  const int64_t n_ctx = std::min<int64_t>(f.model.n_ctx, static_cast<int64_t>(prompt.size()) + params.max_tokens);
+  const int64_t n_ctx =
+      std::min<int64_t>(f.model.n_ctx, static_cast<int64_t>(prompt.size()) + params.max_tokens);
   if (static_cast<int64_t>(prompt.size()) >= f.model.n_ctx) {
     Fail("the prompt has {} tokens; the context (-c) holds {}", prompt.size(), f.model.n_ctx);
   }
   auto state = engine->NewState(n_ctx, f.model.KvType());
-  log.Info("model {} loaded in {:.2f} s; {} prompt tokens; mode {}", engine->model_name(), engine->load_seconds(),
-           prompt.size(), decode::ModeName(params.mode));
+  log.Info("model {} loaded in {:.2f} s; {} prompt tokens; mode {}", engine->model_name(),
+           engine->load_seconds(), prompt.size(), decode::ModeName(params.mode));
 
   const bool tty = isatty(STDOUT_FILENO);
   const auto& sp = engine->tokenizer().special();
@@ -104,34 +105,40 @@ void Run(const RunFlags& f) {
   // The summary is an info line: --log-level warn and above keep stderr quiet unless --stats asks.
   if (f.stats || f.model.MakeLogger().Enabled(LogLevel::kInfo)) {
     std::fprintf(stderr,
-               "crossword: load %.2f s | prompt %lld tokens, %.1f tokens/s | generated %lld tokens, %.1f tokens/s "
-               "(%s) | finish: %s\n",
-               engine->load_seconds(), static_cast<long long>(st.prompt_tokens), prompt_tps,
-               static_cast<long long>(st.generated), gen_tps, std::string(decode::ModeName(params.mode)).c_str(),
-               std::string(decode::FinishReasonName(gen.finish_reason())).c_str());
+                 "crossword: load %.2f s | prompt %lld tokens, %.1f tokens/s | generated %lld "
+                 "tokens, %.1f tokens/s "
+                 "(%s) | finish: %s\n",
+                 engine->load_seconds(), static_cast<long long>(st.prompt_tokens), prompt_tps,
+                 static_cast<long long>(st.generated), gen_tps,
+                 std::string(decode::ModeName(params.mode)).c_str(),
+                 std::string(decode::FinishReasonName(gen.finish_reason())).c_str());
   }
   if (f.stats) {
     std::fprintf(stderr,
-                 "crossword: passes: prefill %lld, ar %lld, denoise/draft %lld, commit/verify %lld | tokens per "
+                 "crossword: passes: prefill %lld, ar %lld, denoise/draft %lld, commit/verify %lld "
+                 "| tokens per "
                  "pass %.2f\n",
                  static_cast<long long>(st.prefill_passes), static_cast<long long>(st.ar_passes),
-                 static_cast<long long>(st.denoise_passes), static_cast<long long>(st.commit_passes),
-                 st.tokens_per_pass());
+                 static_cast<long long>(st.denoise_passes),
+                 static_cast<long long>(st.commit_passes), st.tokens_per_pass());
     auto ms = [](double s, int64_t n) { return n > 0 ? 1000.0 * s / n : 0.0; };
-    std::fprintf(stderr, "crossword: ms per pass: prefill %.2f, ar %.2f, denoise/draft %.2f, commit/verify %.2f\n",
-                 ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
-                 ms(st.denoise_seconds, st.denoise_passes), ms(st.commit_seconds, st.commit_passes));
+    std::fprintf(
+        stderr,
+        "crossword: ms per pass: prefill %.2f, ar %.2f, denoise/draft %.2f, commit/verify %.2f\n",
+        ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
+        ms(st.denoise_seconds, st.denoise_passes), ms(st.commit_seconds, st.commit_passes));
     if (params.mode == decode::Mode::kSpec) {
       std::string hist;
       for (size_t k = 0; k < st.accepted_hist.size(); ++k) {
         if (st.accepted_hist[k]) hist += fmt::format(" {}:{}", k, st.accepted_hist[k]);
       }
-      std::fprintf(stderr,
-                   "crossword: spec rounds %lld, mean accepted drafts %.2f, verified tokens per round %.2f, "
-                   "histogram (accepted:rounds)%s\n",
-                   static_cast<long long>(st.rounds), st.mean_accepted(),
-                   st.rounds ? static_cast<double>(st.verify_rows) / static_cast<double>(st.rounds) : 0.0,
-                   hist.c_str());
+      std::fprintf(
+          stderr,
+          "crossword: spec rounds %lld, mean accepted drafts %.2f, verified tokens per round %.2f, "
+          "histogram (accepted:rounds)%s\n",
+          static_cast<long long>(st.rounds), st.mean_accepted(),
+          st.rounds ? static_cast<double>(st.verify_rows) / static_cast<double>(st.rounds) : 0.0,
+          hist.c_str());
     }
   }
 }
@@ -148,7 +155,8 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_flag("--chat", flags->chat, "wrap the prompt in the model's chat template");
   cmd->add_option("--system", flags->system, "system message (with --chat)");
   cmd->add_flag("--no-think", flags->no_think, "render the template with enable_thinking = false");
-  cmd->add_flag("--stats", flags->stats, "print forward passes, tokens per pass, acceptance, time per pass type");
+  cmd->add_flag("--stats", flags->stats,
+                "print forward passes, tokens per pass, acceptance, time per pass type");
   cmd->callback([flags] { Run(*flags); });
 }
 

@@ -12,8 +12,8 @@ constexpr int kQK5_0 = 32;
 constexpr int kQK5_1 = 32;
 constexpr int kQK8_0 = 32;
 constexpr int kQK8_1 = 32;
-constexpr int kQK_K = 256;        ///< super-block size of the K-quants
-constexpr int kKScaleSize = 12;   ///< packed 6-bit scales/mins of Q4_K and Q5_K
+constexpr int kQK_K = 256;       ///< super-block size of the K-quants
+constexpr int kKScaleSize = 12;  ///< packed 6-bit scales/mins of Q4_K and Q5_K
 
 // All half fields hold IEEE binary16 bits (see base/fp16.h).
 

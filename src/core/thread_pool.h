@@ -38,7 +38,8 @@ class ThreadPool {
   void RunOnEachThread(F&& fn) {
     using Fn = std::remove_reference_t<F>;
     auto call = [](void* ctx, int64_t, int thread) { (*static_cast<Fn*>(ctx))(thread); };
-    Dispatch(call, const_cast<void*>(static_cast<const void*>(&fn)), n_threads_, /*per_thread=*/true);
+    Dispatch(call, const_cast<void*>(static_cast<const void*>(&fn)), n_threads_,
+             /*per_thread=*/true);
   }
 
  private:

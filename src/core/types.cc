@@ -65,7 +65,8 @@ std::optional<uint64_t> RowBytes(GgmlType type, int64_t n) {
   if (n < 0 || n % t.block_size != 0) return std::nullopt;
   const uint64_t blocks = static_cast<uint64_t>(n / t.block_size);
   uint64_t bytes;
-  if (__builtin_mul_overflow(blocks, static_cast<uint64_t>(t.type_size), &bytes)) return std::nullopt;
+  if (__builtin_mul_overflow(blocks, static_cast<uint64_t>(t.type_size), &bytes))
+    return std::nullopt;
   return bytes;
 }
 

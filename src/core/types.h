@@ -37,8 +37,8 @@ enum class GgmlType : uint32_t {
 struct TypeTraits {
   GgmlType type;
   std::string_view name;  ///< GGUF/llama.cpp spelling: "F32", "Q4_K", "BF16", ...
-  int64_t block_size;     ///< elements per block (1 for plain types, 32 for Q*_0/1, 256 for K-quants)
-  int64_t type_size;      ///< bytes per block
+  int64_t block_size;  ///< elements per block (1 for plain types, 32 for Q*_0/1, 256 for K-quants)
+  int64_t type_size;   ///< bytes per block
   bool is_quantized;
 };
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <set>
@@ -48,7 +48,8 @@ struct Fixture {
     lo.logger = Logger::Silent();
     model = model::Model::Load(path, lo);
   }
-  std::unique_ptr<model::SequenceState> State(int64_t n_ctx = 1024, GgmlType kv = GgmlType::kF16) const {
+  std::unique_ptr<model::SequenceState> State(int64_t n_ctx = 1024,
+                                              GgmlType kv = GgmlType::kF16) const {
     model::StateOptions so;
     so.n_ctx = n_ctx;
     so.kv_type = kv;
@@ -57,7 +58,8 @@ struct Fixture {
   }
 };
 
-DecodeParams Params(Mode mode, int block, float tau, int64_t max_tokens, std::vector<int32_t> eog, int32_t mask) {
+DecodeParams Params(Mode mode, int block, float tau, int64_t max_tokens, std::vector<int32_t> eog,
+                    int32_t mask) {
   DecodeParams p;
   p.mode = mode;
   p.block_size = block;
@@ -69,7 +71,8 @@ DecodeParams Params(Mode mode, int block, float tau, int64_t max_tokens, std::ve
 }
 
 // Runs several generations in one batch per step (as the server does).
-std::vector<std::vector<int32_t>> RunBatched(const Fixture& f, std::vector<std::vector<int32_t>> prompts,
+std::vector<std::vector<int32_t>> RunBatched(const Fixture& f,
+                                             std::vector<std::vector<int32_t>> prompts,
                                              const std::vector<DecodeParams>& params) {
   model::ContextOptions co;
   co.max_tokens = 512;
@@ -80,7 +83,8 @@ std::vector<std::vector<int32_t>> RunBatched(const Fixture& f, std::vector<std::
   std::vector<std::unique_ptr<Generation>> gens;
   for (size_t i = 0; i < prompts.size(); ++i) {
     states.push_back(f.State());
-    gens.push_back(std::make_unique<Generation>(*f.model, *states.back(), prompts[i], params[i], nullptr));
+    gens.push_back(
+        std::make_unique<Generation>(*f.model, *states.back(), prompts[i], params[i], nullptr));
   }
   for (;;) {
     std::vector<model::SequenceInput> ins;
@@ -92,15 +96,17 @@ std::vector<std::vector<int32_t>> RunBatched(const Fixture& f, std::vector<std::
     }
     if (ins.empty()) break;
     f.model->Forward(ins, ctx, f.pool);
-    for (size_t j = 0; j < who.size(); ++j) gens[who[j]]->OnLogits(ctx.logits(static_cast<int>(j)), f.pool);
+    for (size_t j = 0; j < who.size(); ++j)
+      gens[who[j]]->OnLogits(ctx.logits(static_cast<int>(j)), f.pool);
   }
   std::vector<std::vector<int32_t>> out;
   for (auto& g : gens) out.push_back(g->output());
   return out;
 }
 
-std::vector<int32_t> Run1(const Fixture& f, const std::vector<int32_t>& prompt, const DecodeParams& p,
-                          DecodeStats* stats = nullptr, int64_t n_ctx = 1024) {
+std::vector<int32_t> Run1(const Fixture& f, const std::vector<int32_t>& prompt,
+                          const DecodeParams& p, DecodeStats* stats = nullptr,
+                          int64_t n_ctx = 1024) {
   model::ContextOptions co;
   co.max_tokens = 256;
   co.max_logit_rows = 64;
@@ -145,21 +151,26 @@ TEST(CheckDecodeRanges, NamesTheParameterOutOfRange) {
   EXPECT_EQ(message(ok, ParamNames::kFlags), "");
   DecodeParams p = ok;
   p.block_size = 1;
-  EXPECT_NE(message(p, ParamNames::kFlags).find("--block-size must be in [2, 256] (got 1)"), std::string::npos);
+  EXPECT_NE(message(p, ParamNames::kFlags).find("--block-size must be in [2, 256] (got 1)"),
+            std::string::npos);
   p = ok;
   p.threshold = std::nanf("");
   EXPECT_NE(message(p, ParamNames::kFields).find("threshold must be in (0, 1]"), std::string::npos);
   p = ok;
   p.draft_max = kMaxDraft + 1;
-  EXPECT_NE(message(p, ParamNames::kFields).find("draft_max must be in [0, 255]"), std::string::npos);
+  EXPECT_NE(message(p, ParamNames::kFields).find("draft_max must be in [0, 255]"),
+            std::string::npos);
   p = ok;
   p.draft_p_min = -0.5f;
-  EXPECT_NE(message(p, ParamNames::kFlags).find("--draft-p-min must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(message(p, ParamNames::kFlags).find("--draft-p-min must be in [0, 1]"),
+            std::string::npos);
 }
 
 TEST(Golden, DiffusionPassesMatchTheReference) {
   const json g = Golden();
-  ASSERT_EQ(g["model"]["synth"], "crossword gguf synth --preset tiny --arch clover_moe --layout official --type F32 --seed 1");
+  ASSERT_EQ(
+      g["model"]["synth"],
+      "crossword gguf synth --preset tiny --arch clover_moe --layout official --type F32 --seed 1");
   Fixture f(SynthTiny("golden.gguf"));
   ASSERT_EQ(f.model->hparams().n_vocab, g["model"]["n_vocab"].get<int64_t>());
   const int32_t mask = g["model"]["mask_token_id"];
@@ -170,7 +181,8 @@ TEST(Golden, DiffusionPassesMatchTheReference) {
   model::ForwardContext ctx(*f.model, co);
   for (const auto& [name, run] : g["diffusion"].items()) {
     SCOPED_TRACE(name);
-    DecodeParams p = Params(Mode::kDiffusion, run["block_size"], run["threshold"], run["max_tokens"], eog, mask);
+    DecodeParams p =
+        Params(Mode::kDiffusion, run["block_size"], run["threshold"], run["max_tokens"], eog, mask);
     auto st = f.State(4096, GgmlType::kF32);  // F32 KV: compare the network, not F16 rounding
     Generation gen(*f.model, *st, run["prompt"].get<std::vector<int32_t>>(), p, nullptr);
     size_t pass = 0;
@@ -271,9 +283,9 @@ TEST_P(SpecEqualsArTyped, ManyPromptsAndLengths) {
     sp.draft_max = (i % 5 == 1) ? 5 : (i % 5 == 3) ? 40 : 0;
     sp.draft_p_min = (i % 4 == 1) ? 0.002f : (i % 4 == 2) ? 0.01f : (i % 4 == 3) ? 1.0f : 0.0f;
     DecodeStats st;
-    ASSERT_EQ(Run1(f, prompt, sp, &st), want) << type << " prompt " << i << ", max_tokens " << max_tokens
-                                              << ", block " << block << ", draft_max " << sp.draft_max
-                                              << ", draft_p_min " << sp.draft_p_min;
+    ASSERT_EQ(Run1(f, prompt, sp, &st), want)
+        << type << " prompt " << i << ", max_tokens " << max_tokens << ", block " << block
+        << ", draft_max " << sp.draft_max << ", draft_p_min " << sp.draft_p_min;
     const int64_t round_len = sp.draft_max > 0 ? std::min(block, sp.draft_max + 1) : block;
     ASSERT_LE(st.verify_rows, st.rounds * round_len);
     if (sp.draft_p_min == 1.0f) {
@@ -281,7 +293,8 @@ TEST_P(SpecEqualsArTyped, ManyPromptsAndLengths) {
     }
     if (sp.draft_p_min > 0.0f) cut_rows += st.rounds * round_len - st.verify_rows;
     // Every counted round ran its draft and verify (a block cut at its seed is not a round).
-    const int64_t hist_rounds = std::accumulate(st.accepted_hist.begin(), st.accepted_hist.end(), int64_t{0});
+    const int64_t hist_rounds =
+        std::accumulate(st.accepted_hist.begin(), st.accepted_hist.end(), int64_t{0});
     ASSERT_EQ(st.rounds, hist_rounds) << "prompt " << i;
     ASSERT_EQ(st.denoise_passes, st.rounds);
   }
@@ -343,8 +356,10 @@ TEST(Diffusion, CommittedStateEqualsArForwardOfTheSameTokens) {
   const auto& hp = f.model->hparams();
   float d = 0;
   for (int r = 0; r < hp.n_recurrent(); ++r) {
-    for (int64_t i = 0; i < st->ssm_floats(); ++i) d = std::max(d, std::fabs(st->ssm_state(r)[i] - ref->ssm_state(r)[i]));
-    for (int64_t i = 0; i < st->conv_floats(); ++i) d = std::max(d, std::fabs(st->conv_state(r)[i] - ref->conv_state(r)[i]));
+    for (int64_t i = 0; i < st->ssm_floats(); ++i)
+      d = std::max(d, std::fabs(st->ssm_state(r)[i] - ref->ssm_state(r)[i]));
+    for (int64_t i = 0; i < st->conv_floats(); ++i)
+      d = std::max(d, std::fabs(st->conv_state(r)[i] - ref->conv_state(r)[i]));
   }
   EXPECT_LT(d, 1e-4f);
 }
@@ -370,8 +385,8 @@ TEST(Sampling, PenaltiesFollowVllmSemantics) {
   h.AddGenerated(1);
   std::vector<float> l = {4.0f, -4.0f, 3.0f};
   ApplyPenalties(p, h, l);
-  EXPECT_FLOAT_EQ(l[0], 2.0f);                  // prompt token: repetition only
-  EXPECT_FLOAT_EQ(l[1], -8.0f - 0.5f - 0.5f);   // generated twice: x2 (negative), presence, 2 x freq
+  EXPECT_FLOAT_EQ(l[0], 2.0f);                 // prompt token: repetition only
+  EXPECT_FLOAT_EQ(l[1], -8.0f - 0.5f - 0.5f);  // generated twice: x2 (negative), presence, 2 x freq
   EXPECT_FLOAT_EQ(l[2], 3.0f);
 }
 

@@ -18,26 +18,35 @@ Mode ParseMode(std::string_view name, std::string_view what) {
 
 std::string_view ModeName(Mode mode) {
   switch (mode) {
-    case Mode::kAr: return "ar";
-    case Mode::kDiffusion: return "diffusion";
-    case Mode::kSpec: return "spec";
+    case Mode::kAr:
+      return "ar";
+    case Mode::kDiffusion:
+      return "diffusion";
+    case Mode::kSpec:
+      return "spec";
   }
   return "?";
 }
 
 std::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kNone: break;
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kNone:
+      break;
   }
   return "none";
 }
 
 float RampBias::At(int64_t t) const {
   if (value == 0.0f || t <= start) return 0.0f;
-  const double f = window <= 0 ? 1.0 : std::min(1.0, static_cast<double>(t - start) / static_cast<double>(window));
+  const double f =
+      window <= 0 ? 1.0
+                  : std::min(1.0, static_cast<double>(t - start) / static_cast<double>(window));
   return static_cast<float>(value * f);
 }
 
@@ -64,7 +73,8 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
     Fail("{} must be in (0, 1] (got {})", flags ? "--threshold" : "threshold", p.threshold);
   }
   if (p.draft_max < 0 || p.draft_max > kMaxDraft) {
-    Fail("{} must be in [0, {}] (got {})", flags ? "--draft-max" : "draft_max", kMaxDraft, p.draft_max);
+    Fail("{} must be in [0, {}] (got {})", flags ? "--draft-max" : "draft_max", kMaxDraft,
+         p.draft_max);
   }
   if (!(p.draft_p_min >= 0.0f && p.draft_p_min <= 1.0f)) {
     Fail("{} must be in [0, 1] (got {})", flags ? "--draft-p-min" : "draft_p_min", p.draft_p_min);
@@ -80,8 +90,8 @@ DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
   return p;
 }
 
-Generation::Generation(const model::Model& model, model::SequenceState& state, std::vector<int32_t> prompt,
-                       DecodeParams params, TokenSink sink)
+Generation::Generation(const model::Model& model, model::SequenceState& state,
+                       std::vector<int32_t> prompt, DecodeParams params, TokenSink sink)
     : model_(model),
       state_(state),
       prompt_(std::move(prompt)),
@@ -91,32 +101,42 @@ Generation::Generation(const model::Model& model, model::SequenceState& state, s
       n_vocab_(model.hparams().n_vocab) {
   if (prompt_.empty()) Fail("generation: the prompt is empty (at least one token is needed)");
   if (state_.n_past() >= static_cast<int64_t>(prompt_.size())) {
-    Fail("generation: the state already holds {} tokens of a {}-token prompt; at least the last prompt "
-         "token must be evaluated",
-         state_.n_past(), prompt_.size());
+    Fail(
+        "generation: the state already holds {} tokens of a {}-token prompt; at least the last "
+        "prompt "
+        "token must be evaluated",
+        state_.n_past(), prompt_.size());
   }
-  if (params_.max_tokens < 1) Fail("generation: max_tokens must be >= 1 (got {})", params_.max_tokens);
+  if (params_.max_tokens < 1)
+    Fail("generation: max_tokens must be >= 1 (got {})", params_.max_tokens);
   if (params_.prefill_chunk < 1) Fail("generation: prefill_chunk must be >= 1");
   if (params_.mode != Mode::kAr) {
     CheckDecodeRanges(params_, ParamNames::kFields);
     if (params_.mask_id < 0 || params_.mask_id >= n_vocab_) {
-      Fail("{} mode needs a mask token (tokenizer.ggml.mask_token_id); this model has none", ModeName(params_.mode));
+      Fail("{} mode needs a mask token (tokenizer.ggml.mask_token_id); this model has none",
+           ModeName(params_.mode));
     }
     if (!model.hparams().diffusion_shift_logits) {
-      Fail("this model declares diffusion.shift_logits = false; crossword implements shifted logits only");
+      Fail(
+          "this model declares diffusion.shift_logits = false; crossword implements shifted logits "
+          "only");
     }
   }
   if (params_.mode == Mode::kSpec && state_.max_record_tokens() < params_.block_size) {
-    Fail("spec mode needs a state recording {} tokens (StateOptions.max_record_tokens)", params_.block_size);
+    Fail("spec mode needs a state recording {} tokens (StateOptions.max_record_tokens)",
+         params_.block_size);
   }
   for (int32_t t : prompt_) {
-    if (t < 0 || t >= n_vocab_) Fail("generation: prompt token {} outside the vocabulary [0, {})", t, n_vocab_);
+    if (t < 0 || t >= n_vocab_)
+      Fail("generation: prompt token {} outside the vocabulary [0, {})", t, n_vocab_);
   }
   // Every answer token takes one context position (the state must be able to hold the whole
   // exchange for a follow-up turn), the same limit in every mode.
-  limit_ = std::min<int64_t>(params_.max_tokens, state_.n_ctx() - static_cast<int64_t>(prompt_.size()));
+  limit_ =
+      std::min<int64_t>(params_.max_tokens, state_.n_ctx() - static_cast<int64_t>(prompt_.size()));
   if (limit_ < 1) {
-    Fail("the prompt ({} tokens) leaves no room in a context of {} tokens", prompt_.size(), state_.n_ctx());
+    Fail("the prompt ({} tokens) leaves no room in a context of {} tokens", prompt_.size(),
+         state_.n_ctx());
   }
   history_.AddPrompt(prompt_);
   think_open_ = params_.think_open;
@@ -146,7 +166,8 @@ std::span<float> Generation::Processed(std::span<const float> row, int64_t t) {
   std::span<float> p(row_);
   ApplyPenalties(params_.sampling, history_, p);
   if (params_.dllm_biases) {
-    if (params_.eos_id >= 0 && params_.eos_id < n_vocab_) p[params_.eos_id] += params_.length_bias.At(t);
+    if (params_.eos_id >= 0 && params_.eos_id < n_vocab_)
+      p[params_.eos_id] += params_.length_bias.At(t);
     if (think_open_ && params_.think_end_id >= 0 && params_.think_end_id < n_vocab_) {
       p[params_.think_end_id] += params_.think_end_bias.At(t);
     }
@@ -154,7 +175,9 @@ std::span<float> Generation::Processed(std::span<const float> row, int64_t t) {
   return p;
 }
 
-int32_t Generation::Choose(std::span<const float> row, int64_t t) { return sampler_.Sample(Processed(row, t)); }
+int32_t Generation::Choose(std::span<const float> row, int64_t t) {
+  return sampler_.Sample(Processed(row, t));
+}
 
 bool Generation::Emit(int32_t token) {
   if (phase_ == Phase::kDone) return false;
@@ -162,7 +185,8 @@ bool Generation::Emit(int32_t token) {
     Finish(FinishReason::kStop);
     return false;
   }
-  if (output_.empty()) stats_.first_token_seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  if (output_.empty())
+    stats_.first_token_seconds = std::chrono::duration<double>(Clock::now() - start_).count();
   output_.push_back(token);
   history_.AddGenerated(token);
   ++stats_.generated;
@@ -186,9 +210,11 @@ model::SequenceInput Generation::NextInput() {
   switch (phase_) {
     case Phase::kPrefill: {
       const int64_t from = state_.n_past();
-      const int64_t to = std::min<int64_t>(from + params_.prefill_chunk, static_cast<int64_t>(prompt_.size()));
+      const int64_t to =
+          std::min<int64_t>(from + params_.prefill_chunk, static_cast<int64_t>(prompt_.size()));
       input_.assign(prompt_.begin() + from, prompt_.begin() + to);
-      in.logits = to == static_cast<int64_t>(prompt_.size()) ? model::LogitRows::kLast : model::LogitRows::kNone;
+      in.logits = to == static_cast<int64_t>(prompt_.size()) ? model::LogitRows::kLast
+                                                             : model::LogitRows::kNone;
       break;
     }
     case Phase::kAr:
@@ -285,7 +311,8 @@ void Generation::OnPrefill(std::span<const float> logits) {
 void Generation::StartBlock(int32_t seed) {
   phase_ = params_.mode == Mode::kDiffusion ? Phase::kDenoise : Phase::kDraft;
   int64_t len = params_.block_size;
-  if (params_.mode == Mode::kSpec && params_.draft_max > 0) len = std::min<int64_t>(len, params_.draft_max + 1);
+  if (params_.mode == Mode::kSpec && params_.draft_max > 0)
+    len = std::min<int64_t>(len, params_.draft_max + 1);
   block_len_ = std::min<int64_t>(len, limit_ - stats_.generated);
   block_.assign(1, seed);
   block_.resize(block_len_, params_.mask_id);
@@ -393,7 +420,8 @@ void Generation::OnVerify(std::span<const float> logits, ThreadPool& pool) {
   int64_t accepted = 0;
   int32_t bonus = -1;
   bool ended = false;
-  std::vector<std::pair<int32_t, float>>& p_dist = draft_dist_.empty() ? draft_dist_.emplace_back() : draft_dist_[0];
+  std::vector<std::pair<int32_t, float>>& p_dist =
+      draft_dist_.empty() ? draft_dist_.emplace_back() : draft_dist_[0];
   for (int64_t i = 0; i < B; ++i) {
     std::span<const float> row = logits.subspan(i * n_vocab_, n_vocab_);
     const int64_t t = gen0 + i + 1;
@@ -402,7 +430,8 @@ void Generation::OnVerify(std::span<const float> logits, ThreadPool& pool) {
       if (i + 1 < B && block_[i + 1] == a) {
         if (!Emit(a)) {
           ended = true;
-          if (phase_ == Phase::kDone && finish_ != FinishReason::kStop) ++accepted;  // emitted, then stopped
+          if (phase_ == Phase::kDone && finish_ != FinishReason::kStop)
+            ++accepted;  // emitted, then stopped
           break;
         }
         ++accepted;
@@ -429,7 +458,8 @@ void Generation::OnVerify(std::span<const float> logits, ThreadPool& pool) {
       }
       // Rejected: draw from norm(max(0, p - q)).
       double total = 0.0;
-      for (const auto& [tok, prob] : p_dist) total += std::max(0.0f, prob - ProbOf(draft_dist_[i + 1], tok));
+      for (const auto& [tok, prob] : p_dist)
+        total += std::max(0.0f, prob - ProbOf(draft_dist_[i + 1], tok));
       bonus = p_dist.front().first;
       if (total > 0.0) {
         const double u = sampler_.Uniform() * total;

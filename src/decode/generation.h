@@ -94,15 +94,15 @@ struct DecodeOverrides {
 
 /// Counters and timings of one generation (seconds; passes exclude prefill unless named).
 struct DecodeStats {
-  int64_t prompt_tokens = 0;    ///< prompt tokens prefilled in this generation (cached ones excluded)
-  int64_t generated = 0;        ///< tokens emitted (EOG excluded)
+  int64_t prompt_tokens = 0;  ///< prompt tokens prefilled in this generation (cached ones excluded)
+  int64_t generated = 0;      ///< tokens emitted (EOG excluded)
   int64_t prefill_passes = 0;
-  int64_t ar_passes = 0;        ///< AR steps
-  int64_t denoise_passes = 0;   ///< diffusion denoise passes and spec drafts
-  int64_t commit_passes = 0;    ///< diffusion commit passes and spec verify passes
-  int64_t rounds = 0;           ///< spec rounds / diffusion blocks
+  int64_t ar_passes = 0;               ///< AR steps
+  int64_t denoise_passes = 0;          ///< diffusion denoise passes and spec drafts
+  int64_t commit_passes = 0;           ///< diffusion commit passes and spec verify passes
+  int64_t rounds = 0;                  ///< spec rounds / diffusion blocks
   std::vector<int64_t> accepted_hist;  ///< spec: rounds that accepted k drafts (index k)
-  int64_t verify_rows = 0;      ///< spec: tokens of all verify passes (seed + drafts kept)
+  int64_t verify_rows = 0;             ///< spec: tokens of all verify passes (seed + drafts kept)
   double prefill_seconds = 0, ar_seconds = 0, denoise_seconds = 0, commit_seconds = 0;
   double first_token_seconds = 0;  ///< from Start() to the first emitted token
   int64_t forward_passes() const { return ar_passes + denoise_passes + commit_passes; }
@@ -176,18 +176,18 @@ class Generation {
   FinishReason finish_ = FinishReason::kNone;
   DecodeStats stats_;
   std::vector<int32_t> output_;
-  std::vector<int32_t> input_;     // tokens of the pending pass
-  std::vector<int32_t> block_;     // diffusion/spec block tokens
-  std::vector<uint8_t> masked_;    // diffusion: slot still masked
-  int64_t block_emitted_ = 0;      // diffusion: leading slots already emitted
+  std::vector<int32_t> input_;   // tokens of the pending pass
+  std::vector<int32_t> block_;   // diffusion/spec block tokens
+  std::vector<uint8_t> masked_;  // diffusion: slot still masked
+  int64_t block_emitted_ = 0;    // diffusion: leading slots already emitted
   int64_t block_len_ = 0;
-  int64_t verify_len_ = 0;         // spec: rows of the verify pass (seed + kept drafts)
-  std::vector<float> row_;         // processed logits scratch (n_vocab)
-  std::vector<float> draft_q_;     // spec sampling: draft probabilities of the draft tokens
+  int64_t verify_len_ = 0;      // spec: rows of the verify pass (seed + kept drafts)
+  std::vector<float> row_;      // processed logits scratch (n_vocab)
+  std::vector<float> draft_q_;  // spec sampling: draft probabilities of the draft tokens
   std::vector<std::vector<std::pair<int32_t, float>>> draft_dist_;  // spec sampling: q per slot
-  int64_t limit_ = 0;              // answer tokens at most: min(max_tokens, n_ctx - prompt)
+  int64_t limit_ = 0;  // answer tokens at most: min(max_tokens, n_ctx - prompt)
   bool think_open_ = false;
-  int32_t pending_ = -1;           // AR: token to feed next
+  int32_t pending_ = -1;  // AR: token to feed next
   Clock::time_point start_, pass_start_;
 };
 

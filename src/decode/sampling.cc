@@ -39,7 +39,8 @@ void TokenHistory::RemoveGenerated(int32_t token) {
   --n_generated_;
 }
 
-void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, std::span<float> logits) {
+void ApplyPenalties(const SamplingParams& params, const TokenHistory& history,
+                    std::span<float> logits) {
   const int64_t n = static_cast<int64_t>(logits.size());
   if (params.repetition_penalty != 1.0f) {
     for (const auto& [tok, count] : history.all_counts()) {
@@ -61,7 +62,8 @@ void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, s
 
 Sampler::Sampler(SamplingParams params, int64_t n_vocab)
     : params_(std::move(params)), n_vocab_(n_vocab), rng_(params_.seed) {
-  if (params_.temperature < 0.0f || !std::isfinite(params_.temperature)) Fail("temperature must be >= 0");
+  if (params_.temperature < 0.0f || !std::isfinite(params_.temperature))
+    Fail("temperature must be >= 0");
   if (params_.top_p <= 0.0f || params_.top_p > 1.0f) Fail("top_p must be in (0, 1]");
   if (params_.min_p < 0.0f || params_.min_p > 1.0f) Fail("min_p must be in [0, 1]");
   if (params_.top_k < 0) Fail("top_k must be >= 0");
@@ -106,7 +108,8 @@ std::span<const std::pair<int32_t, float>> Sampler::Probabilities(std::span<cons
   std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) {
     return a.second > b.second || (a.second == b.second && a.first < b.first);
   });
-  if (params_.top_k > 0 && cand_.size() > static_cast<size_t>(params_.top_k)) cand_.resize(params_.top_k);
+  if (params_.top_k > 0 && cand_.size() > static_cast<size_t>(params_.top_k))
+    cand_.resize(params_.top_k);
   double sum = 0.0;
   for (auto& c : cand_) sum += (c.second = std::exp(c.second));
   for (auto& c : cand_) c.second = static_cast<float>(c.second / sum);

@@ -14,10 +14,10 @@ namespace crossword::decode {
 /// Sampling settings. The defaults give greedy decoding with no penalties; ModelDefaults()
 /// applies a model's generation config (Clover: presence 0.9, repetition 1.05).
 struct SamplingParams {
-  float temperature = 0.0f;        ///< 0 = greedy (argmax)
-  int top_k = 0;                   ///< 0 = off
-  float top_p = 1.0f;              ///< 1 = off
-  float min_p = 0.0f;              ///< 0 = off (keep tokens with p >= min_p * p_max)
+  float temperature = 0.0f;  ///< 0 = greedy (argmax)
+  int top_k = 0;             ///< 0 = off
+  float top_p = 1.0f;        ///< 1 = off
+  float min_p = 0.0f;        ///< 0 = off (keep tokens with p >= min_p * p_max)
   uint64_t seed = 0;
   /// vLLM semantics: repetition penalty over prompt and generated tokens (logit > 0: divided,
   /// else multiplied); presence and frequency penalties over generated tokens only
@@ -57,7 +57,8 @@ class TokenHistory {
 };
 
 /// Applies penalties and logit biases to `logits` in place (n_vocab entries).
-void ApplyPenalties(const SamplingParams& params, const TokenHistory& history, std::span<float> logits);
+void ApplyPenalties(const SamplingParams& params, const TokenHistory& history,
+                    std::span<float> logits);
 
 /// Greedy or random choice from processed logits, deterministic for a given seed and sequence of
 /// calls. Not thread-safe (one per generation).

@@ -30,7 +30,8 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
     e->model_ = model::Model::Load(options.model_path, lo);
     e->name_ = options.model_path;
   }
-  e->tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromGguf(e->model_->file()));
+  e->tokenizer_ =
+      std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromGguf(e->model_->file()));
   if (auto src = e->model_->file().GetString("tokenizer.chat_template")) {
     e->template_ = std::make_unique<chat::Template>(chat::Template::Parse(*src));
   }
@@ -45,15 +46,18 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
   return e;
 }
 
-std::string Engine::RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                               const nlohmann::ordered_json& kwargs, bool add_generation_prompt) const {
-  if (!template_) Fail("{} has no chat template (tokenizer.chat_template); use a plain prompt", name_);
+std::string Engine::RenderChat(const nlohmann::ordered_json& messages,
+                               const nlohmann::ordered_json& tools,
+                               const nlohmann::ordered_json& kwargs,
+                               bool add_generation_prompt) const {
+  if (!template_)
+    Fail("{} has no chat template (tokenizer.chat_template); use a plain prompt", name_);
   const auto& sp = tokenizer_->special();
   auto text = [&](std::optional<int32_t> id) {
     return id ? std::string(tokenizer_->TokenText(*id)) : std::string();
   };
-  return template_->Render(
-      chat::MakeChatContext(messages, tools, add_generation_prompt, text(sp.bos), text(sp.eos), kwargs));
+  return template_->Render(chat::MakeChatContext(messages, tools, add_generation_prompt,
+                                                 text(sp.bos), text(sp.eos), kwargs));
 }
 
 namespace {
@@ -63,7 +67,8 @@ constexpr std::string_view kMarkOpen = "\xEE\x80\x80";
 constexpr std::string_view kMarkClose = "\xEE\x80\x81";
 
 // Replaces control-token texts (and stray marker characters) in every string of `j` by markers.
-void Protect(nlohmann::ordered_json& j, const std::vector<std::string>& controls, std::vector<std::string>& saved) {
+void Protect(nlohmann::ordered_json& j, const std::vector<std::string>& controls,
+             std::vector<std::string>& saved) {
   if (j.is_object() || j.is_array()) {
     for (auto& item : j) Protect(item, controls, saved);
     return;
@@ -103,8 +108,10 @@ void Protect(nlohmann::ordered_json& j, const std::vector<std::string>& controls
 
 }  // namespace
 
-Engine::ChatPrompt Engine::EncodeChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                      const nlohmann::ordered_json& kwargs, bool add_generation_prompt) const {
+Engine::ChatPrompt Engine::EncodeChat(const nlohmann::ordered_json& messages,
+                                      const nlohmann::ordered_json& tools,
+                                      const nlohmann::ordered_json& kwargs,
+                                      bool add_generation_prompt) const {
   std::vector<std::string> saved;
   nlohmann::ordered_json m = messages, t = tools;
   Protect(m, control_texts_, saved);
@@ -114,11 +121,13 @@ Engine::ChatPrompt Engine::EncodeChat(const nlohmann::ordered_json& messages, co
   size_t pos = 0;
   while (pos < rendered.size()) {
     const size_t open = rendered.find(kMarkOpen, pos);
-    const size_t close = open == std::string::npos ? std::string::npos : rendered.find(kMarkClose, open + 3);
+    const size_t close =
+        open == std::string::npos ? std::string::npos : rendered.find(kMarkClose, open + 3);
     size_t index = saved.size();
     if (close != std::string::npos) {
       const std::string digits = rendered.substr(open + 3, close - open - 3);
-      if (!digits.empty() && digits.size() < 10 && digits.find_first_not_of("0123456789") == std::string::npos) {
+      if (!digits.empty() && digits.size() < 10 &&
+          digits.find_first_not_of("0123456789") == std::string::npos) {
         index = std::stoul(digits);
       }
     }
@@ -181,8 +190,9 @@ std::unique_ptr<model::SequenceState> Engine::NewState(int64_t n_ctx, GgmlType k
   return model_->NewState(so);
 }
 
-decode::Generation RunGeneration(const Engine& engine, model::SequenceState& state, std::vector<int32_t> prompt,
-                                 const decode::DecodeParams& params, decode::TokenSink sink) {
+decode::Generation RunGeneration(const Engine& engine, model::SequenceState& state,
+                                 std::vector<int32_t> prompt, const decode::DecodeParams& params,
+                                 decode::TokenSink sink) {
   model::ContextOptions co;
   co.max_tokens = std::max<int64_t>(params.prefill_chunk, params.block_size);
   co.max_seqs = 1;

@@ -56,8 +56,9 @@ class Engine {
   /// Renders a conversation with the chat template (HF variables; `kwargs` such as
   /// {"enable_thinking": false} are merged on top). Throws chat::TemplateException for a
   /// template's raise_exception, crossword::Error when the model has no template.
-  std::string RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                         const nlohmann::ordered_json& kwargs, bool add_generation_prompt = true) const;
+  std::string RenderChat(const nlohmann::ordered_json& messages,
+                         const nlohmann::ordered_json& tools, const nlohmann::ordered_json& kwargs,
+                         bool add_generation_prompt = true) const;
 
   /// A rendered chat prompt and its token ids. Text that came from the caller's messages or tools
   /// never becomes a CONTROL token (`<|im_end|>` typed by a user stays plain text); only the
@@ -69,7 +70,8 @@ class Engine {
     bool think_open = false;  ///< the prompt ends inside an open <think> block
   };
   ChatPrompt EncodeChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                        const nlohmann::ordered_json& kwargs, bool add_generation_prompt = true) const;
+                        const nlohmann::ordered_json& kwargs,
+                        bool add_generation_prompt = true) const;
   /// Whether `tokens` leave a <think> block open (last <think> after the last </think>).
   bool ThinkOpen(std::span<const int32_t> tokens) const;
 
@@ -80,7 +82,8 @@ class Engine {
   decode::DecodeParams DefaultDecodeParams() const;
 
   /// A state for one sequence of `n_ctx` tokens that can run every decoding mode.
-  std::unique_ptr<model::SequenceState> NewState(int64_t n_ctx, GgmlType kv_type = GgmlType::kF16) const;
+  std::unique_ptr<model::SequenceState> NewState(int64_t n_ctx,
+                                                 GgmlType kv_type = GgmlType::kF16) const;
 
  private:
   Engine() = default;
@@ -96,7 +99,8 @@ class Engine {
 
 /// Runs one generation to completion on `state` with a private forward context (single
 /// sequence). The sink sees each token as it is emitted.
-decode::Generation RunGeneration(const Engine& engine, model::SequenceState& state, std::vector<int32_t> prompt,
-                                 const decode::DecodeParams& params, decode::TokenSink sink);
+decode::Generation RunGeneration(const Engine& engine, model::SequenceState& state,
+                                 std::vector<int32_t> prompt, const decode::DecodeParams& params,
+                                 decode::TokenSink sink);
 
 }  // namespace crossword::engine

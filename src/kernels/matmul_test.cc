@@ -466,8 +466,8 @@ TEST(MatMul, BatchInvariantBitForBit) {
               MatMul(std::span<const MatMulJob>(&job, 1), n % 2 ? pool1 : pool2);
               for (int64_t i = 0; i < n; ++i) {
                 ASSERT_EQ(std::memcmp(&y[i * n_out], &all[(r0 + i) * n_out], 4 * n_out), 0)
-                    << (v ? "repacked, " : "") << "batch of " << n << " rows at " << r0
-                    << ", row " << i;
+                    << (v ? "repacked, " : "") << "batch of " << n << " rows at " << r0 << ", row "
+                    << i;
               }
             }
           }

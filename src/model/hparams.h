@@ -19,8 +19,8 @@ struct Hparams {
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;  ///< context_length (tokens)
   int64_t n_embd = 0;
-  int n_layer = 0;         ///< trunk layers = block_count - nextn_predict_layers
-  int n_layer_nextn = 0;   ///< optional multi-token-prediction blocks after the trunk (ignored)
+  int n_layer = 0;        ///< trunk layers = block_count - nextn_predict_layers
+  int n_layer_nextn = 0;  ///< optional multi-token-prediction blocks after the trunk (ignored)
   std::vector<bool> recurrent;  ///< per trunk layer: true = Gated DeltaNet, false = attention
 
   // Gated attention layers.
@@ -33,10 +33,10 @@ struct Hparams {
   float rms_eps = 1e-6f;
 
   // Gated DeltaNet layers.
-  int ssm_d_conv = 0;     ///< conv kernel K
+  int ssm_d_conv = 0;       ///< conv kernel K
   int64_t ssm_d_state = 0;  ///< head dim of keys/values (dk = dv)
-  int ssm_n_k_heads = 0;  ///< ssm.group_count
-  int ssm_n_v_heads = 0;  ///< ssm.time_step_rank
+  int ssm_n_k_heads = 0;    ///< ssm.group_count
+  int ssm_n_v_heads = 0;    ///< ssm.time_step_rank
   int64_t ssm_d_inner = 0;  ///< n_v_heads * d_state
   int64_t conv_dim() const { return 2 * ssm_n_k_heads * ssm_d_state + ssm_d_inner; }
   int64_t ssm_key_dim() const { return ssm_n_k_heads * ssm_d_state; }

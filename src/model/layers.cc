@@ -10,7 +10,6 @@
 
 namespace crossword::model {
 
-
 namespace {
 
 /// The GDN part of a read-only denoise pass (docs/decoding.md): run the layer causally over the
@@ -25,8 +24,8 @@ void GdnDenoiseState(const float* committed_conv, const float* committed_ssm, in
 
 }  // namespace
 
-void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
-                     ForwardContext& ctx, ThreadPool& pool) const {
+void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
+                     std::span<const SeqSpan> spans, ForwardContext& ctx, ThreadPool& pool) const {
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
@@ -88,7 +87,8 @@ void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs, std::sp
     float* ssm_state = st.ssm_state(r);
     if (in.kind == PassKind::kDenoise) {
       float* scratch = f + at.gdn_scratch + static_cast<int64_t>(s) * ctx.gdn_scratch_floats_;
-      GdnDenoiseState(conv_state, ssm_state, st.conv_floats(), st.ssm_floats(), scratch, scratch + st.conv_floats());
+      GdnDenoiseState(conv_state, ssm_state, st.conv_floats(), st.ssm_floats(), scratch,
+                      scratch + st.conv_floats());
       conv_state = scratch;
       ssm_state = scratch + st.conv_floats();
     }
@@ -114,7 +114,8 @@ void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs, std::sp
     // L2-normalize each q and k head (eps = rms eps, as llama.cpp).
     for (int64_t t = 0; t < sp.T; ++t) {
       float* row = conv + (sp.row0 + t) * conv_dim;
-      for (int64_t hd = 0; hd < 2 * hp_.ssm_n_k_heads; ++hd) kernels::L2Norm(row + hd * ds, ds, hp_.rms_eps);
+      for (int64_t hd = 0; hd < 2 * hp_.ssm_n_k_heads; ++hd)
+        kernels::L2Norm(row + hd * ds, ds, hp_.rms_eps);
     }
     if (in.record) {
       std::memcpy(rec.qkv_conv, conv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
@@ -143,16 +144,19 @@ void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs, std::sp
   for (int64_t t = 0; t < total; ++t) {
     float* orow = o + t * d_inner;
     float* zrow = z + t * d_inner;
-    for (int hv = 0; hv < n_v; ++hv) kernels::RmsNorm(orow + hv * ds, L.ssm_norm.data(), orow + hv * ds, ds, hp_.rms_eps);
+    for (int hv = 0; hv < n_v; ++hv)
+      kernels::RmsNorm(orow + hv * ds, L.ssm_norm.data(), orow + hv * ds, ds, hp_.rms_eps);
     kernels::Silu(zrow, zrow, d_inner);
     kernels::Mul(orow, zrow, orow, d_inner);
   }
-  kernels::Activations& ao = Prepare(ctx.acts_main_, L.ssm_out.type, o, total, d_inner, d_inner, pool);
+  kernels::Activations& ao =
+      Prepare(ctx.acts_main_, L.ssm_out.type, o, total, d_inner, d_inner, pool);
   kernels::MatMul(L.ssm_out, ao, f + at.cur, E, pool);
 }
 
-void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
-                           ForwardContext& ctx, ThreadPool& pool) const {
+void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seqs,
+                           std::span<const SeqSpan> spans, ForwardContext& ctx,
+                           ThreadPool& pool) const {
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
@@ -198,7 +202,8 @@ void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seq
       const int64_t pos = sp.n_past + t;
       float* q = qg + row * 2 * q_dim;
       for (int head = 0; head < hp_.n_head; ++head) {
-        kernels::RmsNorm(q + head * 2 * hd, L.attn_q_norm.data(), q + head * 2 * hd, hd, hp_.rms_eps);
+        kernels::RmsNorm(q + head * 2 * hd, L.attn_q_norm.data(), q + head * 2 * hd, hd,
+                         hp_.rms_eps);
       }
       kernels::RopeNeox(q, hp_.n_head, hd, 2 * hd, hp_.n_rot, pos, hp_.rope_freq_base);
       float* k = kk + row * kv_dim;
@@ -251,7 +256,8 @@ void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seq
       kernels::Mul(ao + t * q_dim + head * hd, gate, ao + t * q_dim + head * hd, hd);
     }
   }
-  kernels::Activations& x = Prepare(ctx.acts_main_, L.attn_output.type, ao, total, q_dim, q_dim, pool);
+  kernels::Activations& x =
+      Prepare(ctx.acts_main_, L.attn_output.type, ao, total, q_dim, q_dim, pool);
   kernels::MatMul(L.attn_output, x, f + at.cur, E, pool);
 }
 
@@ -280,8 +286,8 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
   const bool shared = hp_.n_expert_shared > 0;
 
   bool prepared[5] = {false, false, false, false, false};
-  for (const kernels::Matrix* m : {&L.ffn_gate_inp, &L.ffn_gate_exps.first, &L.ffn_up_exps.first, &L.ffn_gate_shexp,
-                                   &L.ffn_up_shexp}) {
+  for (const kernels::Matrix* m : {&L.ffn_gate_inp, &L.ffn_gate_exps.first, &L.ffn_up_exps.first,
+                                   &L.ffn_gate_shexp, &L.ffn_up_shexp}) {
     if (!m->data) continue;
     const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
     if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, T, E, E, pool);
@@ -340,7 +346,8 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
     }
   }
   kernels::MatMul(jobs, pool);
-  for (int64_t row = 0; row < T * k; ++row) kernels::SiluMul(hg + row * n_ff, hu + row * n_ff, hg + row * n_ff, hp_.n_ff_exp);
+  for (int64_t row = 0; row < T * k; ++row)
+    kernels::SiluMul(hg + row * n_ff, hu + row * n_ff, hg + row * n_ff, hp_.n_ff_exp);
   if (shared) {
     for (int64_t t = 0; t < T; ++t) {
       float* r = hg + (T * k + t) * n_ff;
@@ -349,7 +356,8 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
   }
 
   // down projections: routed rows (t*k + slot) in place, shared rows into sh.
-  kernels::Activations& a_ff = Prepare(ctx.acts_ff_, L.ffn_down_exps.first.type, hg, T * k, hp_.n_ff_exp, n_ff, pool);
+  kernels::Activations& a_ff =
+      Prepare(ctx.acts_ff_, L.ffn_down_exps.first.type, hg, T * k, hp_.n_ff_exp, n_ff, pool);
   jobs.clear();
   for (int e = 0; e < n_expert; ++e) {
     const int32_t n = offsets[e + 1] - offsets[e];
@@ -365,8 +373,8 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
     jobs.push_back(j);
   }
   if (shared) {
-    kernels::Activations& a_sh =
-        Prepare(ctx.acts_main_, L.ffn_down_shexp.type, hg + T * k * n_ff, T, hp_.n_ff_shexp, n_ff, pool);
+    kernels::Activations& a_sh = Prepare(ctx.acts_main_, L.ffn_down_shexp.type, hg + T * k * n_ff,
+                                         T, hp_.n_ff_shexp, n_ff, pool);
     kernels::MatMulJob j;
     j.w = L.ffn_down_shexp;
     j.x = &a_sh;
@@ -381,7 +389,8 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
   for (int64_t t = 0; t < T; ++t) {
     float* out = cur + t * E;
     std::memset(out, 0, sizeof(float) * E);
-    for (int j = 0; j < k; ++j) kernels::AddScaled(down + (t * k + j) * E, topk_w[t * k + j], out, E);
+    for (int j = 0; j < k; ++j)
+      kernels::AddScaled(down + (t * k + j) * E, topk_w[t * k + j], out, E);
     if (shared) {
       const float* ht = h + t * E;
       double dot = 0.0;

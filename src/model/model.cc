@@ -2,16 +2,15 @@
 // loop, output head). The per-layer math is in layers.cc.
 #include "model/model.h"
 
+#include <unistd.h>  // sysconf: physical memory for the repack budget
+
 #include <algorithm>
 #include <cstring>
-
-#include <unistd.h>  // sysconf: physical memory for the repack budget
 
 #include "base/error.h"
 #include "core/quant.h"
 
 namespace crossword::model {
-
 
 std::unique_ptr<Model> Model::Load(const std::string& path, const LoadOptions& options) {
   return FromFile(gguf::File::Open(path, options.map), options);
@@ -26,18 +25,22 @@ std::unique_ptr<Model> Model::FromFile(gguf::File file, const LoadOptions& optio
   if (options.repack) {
     // A quarter of physical memory: a copy that large still leaves room for the mapping itself.
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const size_t budget = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
+    const size_t budget =
+        pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
     RepackWeights(m->w_, budget, m->logger_, options.pool);
   } else {
-    m->logger_.Info("weights not repacked (--no-repack): passes of 4+ rows repack Q8_0/Q4_0 tiles on the fly");
+    m->logger_.Info(
+        "weights not repacked (--no-repack): passes of 4+ rows repack Q8_0/Q4_0 tiles on the fly");
   }
   int n_rec = 0, n_att = 0;
-  for (int il = 0; il < m->hp_.n_layer; ++il) m->layer_slot_.push_back(m->hp_.recurrent[il] ? n_rec++ : n_att++);
+  for (int il = 0; il < m->hp_.n_layer; ++il)
+    m->layer_slot_.push_back(m->hp_.recurrent[il] ? n_rec++ : n_att++);
   // Every activation format some matrix needs, so contexts reserve exactly those.
   auto add = [&](const kernels::Matrix& mat) {
     if (!mat.data) return;
     const kernels::ActFormat f = kernels::ActFormatFor(mat.type);
-    if (std::find(m->formats_.begin(), m->formats_.end(), f) == m->formats_.end()) m->formats_.push_back(f);
+    if (std::find(m->formats_.begin(), m->formats_.end(), f) == m->formats_.end())
+      m->formats_.push_back(f);
   };
   add(m->w_.output);
   for (const LayerWeights& L : m->w_.layers) {
@@ -51,7 +54,8 @@ std::unique_ptr<SequenceState> Model::NewState(const StateOptions& options) cons
   return std::make_unique<SequenceState>(hp_, options);
 }
 
-ForwardContext::ForwardContext(const Model& model, const ContextOptions& options) : options_(options) {
+ForwardContext::ForwardContext(const Model& model, const ContextOptions& options)
+    : options_(options) {
   const Hparams& hp = model.hparams();
   if (options.max_tokens < 1 || options.max_seqs < 1 || options.max_logit_rows < 1) {
     Fail("forward context: max_tokens, max_seqs and max_logit_rows must be >= 1");
@@ -122,13 +126,16 @@ ForwardContext::ForwardContext(const Model& model, const ContextOptions& options
 }
 
 std::span<const float> ForwardContext::logits(int s) const {
-  if (s < 0 || s >= static_cast<int>(seq_logit_count_.size())) Fail("logits: no sequence {} in the last pass", s);
+  if (s < 0 || s >= static_cast<int>(seq_logit_count_.size()))
+    Fail("logits: no sequence {} in the last pass", s);
   const float* base = f_.data() + at_.logits;
-  return {base + seq_logit_offset_[s] * n_vocab_, static_cast<size_t>(seq_logit_count_[s] * n_vocab_)};
+  return {base + seq_logit_offset_[s] * n_vocab_,
+          static_cast<size_t>(seq_logit_count_[s] * n_vocab_)};
 }
 
-kernels::Activations& Model::Prepare(std::vector<kernels::Activations>& acts, GgmlType type, const float* x,
-                                     int64_t rows, int64_t n_in, int64_t ldx, ThreadPool& pool) const {
+kernels::Activations& Model::Prepare(std::vector<kernels::Activations>& acts, GgmlType type,
+                                     const float* x, int64_t rows, int64_t n_in, int64_t ldx,
+                                     ThreadPool& pool) const {
   kernels::Activations& a = acts[static_cast<int>(kernels::ActFormatFor(type))];
   kernels::PrepareActivations(type, x, rows, n_in, ldx, a, pool);
   return a;
@@ -146,7 +153,8 @@ void Model::EmbedTokens(std::span<const SequenceInput> seqs, ForwardContext& ctx
   }
 }
 
-void Model::Forward(std::span<const SequenceInput> seqs, ForwardContext& ctx, ThreadPool& pool) const {
+void Model::Forward(std::span<const SequenceInput> seqs, ForwardContext& ctx,
+                    ThreadPool& pool) const {
   const ContextOptions& opt = ctx.options_;
   if (seqs.empty()) Fail("forward: empty batch");
   if (static_cast<int64_t>(seqs.size()) > opt.max_seqs) {
@@ -174,18 +182,21 @@ void Model::Forward(std::span<const SequenceInput> seqs, ForwardContext& ctx, Th
            in.state->n_past() + T, in.state->n_ctx());
     }
     for (int32_t tok : in.tokens) {
-      if (tok < 0 || tok >= hp_.n_vocab) Fail("forward: token id {} is outside the vocabulary [0, {})", tok, hp_.n_vocab);
+      if (tok < 0 || tok >= hp_.n_vocab)
+        Fail("forward: token id {} is outside the vocabulary [0, {})", tok, hp_.n_vocab);
     }
     if (in.record && (in.kind != PassKind::kCausal || T > in.state->max_record_tokens())) {
-      Fail("forward: sequence {} asks to record {} tokens; recording needs a causal pass of at most "
-           "StateOptions.max_record_tokens ({}) tokens",
-           s, T, in.state->max_record_tokens());
+      Fail(
+          "forward: sequence {} asks to record {} tokens; recording needs a causal pass of at most "
+          "StateOptions.max_record_tokens ({}) tokens",
+          s, T, in.state->max_record_tokens());
     }
     spans[s] = SeqSpan{total, T, in.state->n_past()};
     total += T;
     logit_rows += in.logits == LogitRows::kAll ? T : in.logits == LogitRows::kLast ? 1 : 0;
   }
-  if (total > opt.max_tokens) Fail("forward: {} tokens in one pass, the context holds {}", total, opt.max_tokens);
+  if (total > opt.max_tokens)
+    Fail("forward: {} tokens in one pass, the context holds {}", total, opt.max_tokens);
   if (logit_rows > opt.max_logit_rows) {
     Fail("forward: {} logit rows requested, the context holds {}", logit_rows, opt.max_logit_rows);
   }
@@ -198,7 +209,8 @@ void Model::Forward(std::span<const SequenceInput> seqs, ForwardContext& ctx, Th
   const int64_t E = hp_.n_embd;
   for (int il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
-    for (int64_t t = 0; t < total; ++t) kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
+    for (int64_t t = 0; t < total; ++t)
+      kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
     if (L.recurrent) {
       GdnLayer(il, layer_slot_[il], seqs, sp, ctx, pool);
     } else {
@@ -217,8 +229,8 @@ void Model::Forward(std::span<const SequenceInput> seqs, ForwardContext& ctx, Th
   }
 }
 
-void Model::Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans, ForwardContext& ctx,
-                   ThreadPool& pool) const {
+void Model::Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
+                   ForwardContext& ctx, ThreadPool& pool) const {
   const int64_t E = hp_.n_embd;
   const float* x = ctx.f_.data() + ctx.at_.x;
   float* outh = ctx.f_.data() + ctx.at_.outh;
@@ -235,7 +247,8 @@ void Model::Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan>
       count = 1;
     }
     for (int64_t i = 0; i < count; ++i) {
-      kernels::RmsNorm(x + (span.row0 + first + i) * E, w_.output_norm.data(), outh + (n + i) * E, E, hp_.rms_eps);
+      kernels::RmsNorm(x + (span.row0 + first + i) * E, w_.output_norm.data(), outh + (n + i) * E,
+                       E, hp_.rms_eps);
     }
     ctx.seq_logit_count_[s] = count;
     n += count;

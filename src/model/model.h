@@ -43,9 +43,9 @@ struct SequenceInput {
 };
 
 struct ContextOptions {
-  int64_t max_tokens = 512;      ///< tokens per forward pass, summed over sequences
-  int max_seqs = 1;              ///< sequences per forward pass
-  int64_t max_logit_rows = 64;   ///< logit rows per forward pass, summed over sequences
+  int64_t max_tokens = 512;     ///< tokens per forward pass, summed over sequences
+  int max_seqs = 1;             ///< sequences per forward pass
+  int64_t max_logit_rows = 64;  ///< logit rows per forward pass, summed over sequences
 };
 
 class Model;
@@ -73,8 +73,8 @@ class ForwardContext {
   int64_t n_vocab_ = 0;
   // Offsets into f_ / i_ (set up by the constructor).
   struct Layout {
-    size_t x, h, cur, qkv, z, ab, conv, o, g, beta, qg, kk, vv, ao, router, topk_w, hg, hu, down, sh,
-        outh, logits, gdn_scratch;
+    size_t x, h, cur, qkv, z, ab, conv, o, g, beta, qg, kk, vv, ao, router, topk_w, hg, hu, down,
+        sh, outh, logits, gdn_scratch;
     size_t topk_ids, rows_x, rows_y, counts, offsets;
   } at_{};
   std::vector<kernels::MatMulJob> jobs_;  // capacity reserved: 2 * n_expert + 4
@@ -129,19 +129,20 @@ class Model {
   void EmbedTokens(std::span<const SequenceInput> seqs, ForwardContext& ctx) const;
   void GdnLayer(int il, int r, std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
                 ForwardContext& ctx, ThreadPool& pool) const;
-  void AttentionLayer(int il, int a, std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
-                      ForwardContext& ctx, ThreadPool& pool) const;
+  void AttentionLayer(int il, int a, std::span<const SequenceInput> seqs,
+                      std::span<const SeqSpan> spans, ForwardContext& ctx, ThreadPool& pool) const;
   void MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) const;
-  void Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans, ForwardContext& ctx,
-              ThreadPool& pool) const;
-  kernels::Activations& Prepare(std::vector<kernels::Activations>& acts, GgmlType type, const float* x,
-                                int64_t rows, int64_t n_in, int64_t ldx, ThreadPool& pool) const;
+  void Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
+              ForwardContext& ctx, ThreadPool& pool) const;
+  kernels::Activations& Prepare(std::vector<kernels::Activations>& acts, GgmlType type,
+                                const float* x, int64_t rows, int64_t n_in, int64_t ldx,
+                                ThreadPool& pool) const;
 
   std::unique_ptr<gguf::File> file_;
   Hparams hp_;
   Weights w_;
   Logger logger_;
-  std::vector<int> layer_slot_;  // il -> index among recurrent or attention layers
+  std::vector<int> layer_slot_;              // il -> index among recurrent or attention layers
   std::vector<kernels::ActFormat> formats_;  // activation formats any weight needs
 };
 

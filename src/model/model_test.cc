@@ -1,6 +1,8 @@
 // Model tests on synthesized tiny models: batch/sequential agreement, state snapshots, denoise
 // passes leaving no trace, replay rollback, multi-sequence batches, layout equivalence, the
 // loading traps other engines fell into, and no allocation inside Forward.
+#include "model/model.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +15,6 @@
 
 #include "base/error.h"
 #include "gguf/gguf.h"
-#include "model/model.h"
 #include "tools/synth.h"
 
 // Heap allocations of the whole test binary so far (alloc_counter.cc replaces operator new).
@@ -62,8 +63,9 @@ struct Runner {
     return model->NewState(so);
   }
   // Logits of every token (kAll) or of the last one.
-  std::vector<float> Run(SequenceState& st, std::span<const int32_t> toks, PassKind kind = PassKind::kCausal,
-                         LogitRows rows = LogitRows::kAll, bool record = false) {
+  std::vector<float> Run(SequenceState& st, std::span<const int32_t> toks,
+                         PassKind kind = PassKind::kCausal, LogitRows rows = LogitRows::kAll,
+                         bool record = false) {
     SequenceInput in{&st, toks, kind, rows, record};
     model->Forward({&in, 1}, *ctx, pool);
     auto l = ctx->logits(0);
@@ -155,8 +157,8 @@ TEST(Model, SnapshotRunRestoreIsBitIdentical) {
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
   // A snapshot taken after rows that were since rewritten cannot be restored.
   StateSnapshot late;
-  st->SaveSnapshot(late);  // at 40
-  st->Restore(snap);       // back to 30
+  st->SaveSnapshot(late);                // at 40
+  st->Restore(snap);                     // back to 30
   r.Run(*st, RandomTokens(5, 9, 1500));  // rewrites rows 30..34
   EXPECT_FALSE(st->CanRestore(late));
   EXPECT_THROW(st->Restore(late), Error);
@@ -178,7 +180,8 @@ TEST(Model, DenoisePassLeavesNoTrace) {
   EXPECT_EQ(a->n_past(), 25);
   EXPECT_EQ(GdnBytes(*a, hp), before);
   // The denoised rows really are bidirectional: the first row sees later block tokens.
-  const auto causal_first = r.Run(*b, std::span(block).first(1), PassKind::kCausal, LogitRows::kLast);
+  const auto causal_first =
+      r.Run(*b, std::span(block).first(1), PassKind::kCausal, LogitRows::kLast);
   EXPECT_GT(MaxAbsDiff(std::span(denoise).first(r.n_vocab()), causal_first), 1e-4f);
   // A commit after the denoise pass equals a commit without it.
   auto c = r.State();
@@ -244,7 +247,8 @@ TEST(Model, ForwardDoesNotAllocate) {
   r.model->Forward({&in[1], 1}, *r.ctx, r.pool);
   st->RollbackTo(5, r.pool);
   for (int i = 0; i < 4; ++i) {
-    SequenceInput one{st.get(), std::span(block).subspan(i, 1), PassKind::kCausal, LogitRows::kLast};
+    SequenceInput one{st.get(), std::span(block).subspan(i, 1), PassKind::kCausal,
+                      LogitRows::kLast};
     r.model->Forward({&one, 1}, *r.ctx, r.pool);
   }
   EXPECT_EQ(AllocationCount() - before, 0);
@@ -320,12 +324,16 @@ TEST(ModelTraps, NextnBlockIsOptional) {
   const int64_t n_layer = *f.GetUint("qwen35moe.block_count");
   Edit e;
   e.kv = [](std::string_view key, gguf::Value& v) {
-    if (key == "qwen35moe.block_count") v = gguf::Value::Uint32(static_cast<uint32_t>(*v.AsUint() + 1));
+    if (key == "qwen35moe.block_count")
+      v = gguf::Value::Uint32(static_cast<uint32_t>(*v.AsUint() + 1));
     return true;
   };
-  e.extra_kvs = [](gguf::Writer& w) { w.AddKeyValue("qwen35moe.nextn_predict_layers", gguf::Value::Uint32(1)); };
+  e.extra_kvs = [](gguf::Writer& w) {
+    w.AddKeyValue("qwen35moe.nextn_predict_layers", gguf::Value::Uint32(1));
+  };
   const std::string blk = "blk." + std::to_string(n_layer) + ".";
-  e.extra_tensors = {{blk + "nextn.eh_proj.weight", {512, 256}}, {blk + "nextn.enorm.weight", {256}}};
+  e.extra_tensors = {{blk + "nextn.eh_proj.weight", {512, 256}},
+                     {blk + "nextn.enorm.weight", {256}}};
   const std::string path = Rewrite(src, "nextn.gguf", e);
   Runner with(path), without(src);
   EXPECT_EQ(with.model->hparams().n_layer, n_layer);

@@ -38,7 +38,8 @@ size_t SequenceState::MemoryBytes() const {
 }
 
 size_t SequenceState::KvOffset(int a, int kv) const {
-  const size_t plane = static_cast<size_t>(n_ctx_) * static_cast<size_t>(kv_row_elems_) * kv_elem_bytes_;
+  const size_t plane =
+      static_cast<size_t>(n_ctx_) * static_cast<size_t>(kv_row_elems_) * kv_elem_bytes_;
   return (static_cast<size_t>(a) * 2 + static_cast<size_t>(kv)) * plane;
 }
 
@@ -69,9 +70,10 @@ bool SequenceState::CanRestore(const StateSnapshot& s) const {
 
 void SequenceState::Restore(const StateSnapshot& s) {
   if (!CanRestore(s)) {
-    Fail("state: cannot restore a snapshot at {} tokens: the sequence was rewritten before that "
-         "point since the snapshot was taken (or the snapshot belongs to another model)",
-         s.n_past);
+    Fail(
+        "state: cannot restore a snapshot at {} tokens: the sequence was rewritten before that "
+        "point since the snapshot was taken (or the snapshot belongs to another model)",
+        s.n_past);
   }
   std::copy(s.gdn.begin(), s.gdn.end(), gdn_.begin());
   n_past_ = s.n_past;
@@ -106,7 +108,8 @@ SequenceState::Record SequenceState::record(int r) {
 
 void SequenceState::RollbackTo(int64_t n_keep, ThreadPool& pool) {
   if (rec_T_ == 0) Fail("state: RollbackTo needs a recorded pass (forward with record = true)");
-  if (n_keep < 0 || n_keep > rec_T_) Fail("state: RollbackTo({}) outside the recorded pass of {} tokens", n_keep, rec_T_);
+  if (n_keep < 0 || n_keep > rec_T_)
+    Fail("state: RollbackTo({}) outside the recorded pass of {} tokens", n_keep, rec_T_);
   if (n_keep == rec_T_) return;
   const int64_t conv_dim = hp_.conv_dim();
   const int64_t key_dim = hp_.ssm_key_dim();
@@ -138,7 +141,8 @@ void SequenceState::RollbackTo(int64_t n_keep, ThreadPool& pool) {
     a.state = ssm;
     a.out = rec_out_.data();
     a.ldo = hp_.ssm_d_inner;
-    a.mode = kernels::GdnMode::kRecurrent;  // same order of operations as the verify pass for T < 64
+    a.mode =
+        kernels::GdnMode::kRecurrent;  // same order of operations as the verify pass for T < 64
     kernels::GatedDeltaRule(a, pool);
   }
   n_past_ = rec_start_ + n_keep;

@@ -14,9 +14,9 @@
 namespace crossword::model {
 
 struct StateOptions {
-  int64_t n_ctx = 4096;                ///< KV capacity in tokens (prompt + answer + one block of scratch)
-  GgmlType kv_type = GgmlType::kF16;   ///< F16 (default, as llama.cpp) or F32
-  int64_t max_record_tokens = 0;       ///< > 0 enables RollbackTo() for passes of up to this many tokens
+  int64_t n_ctx = 4096;  ///< KV capacity in tokens (prompt + answer + one block of scratch)
+  GgmlType kv_type = GgmlType::kF16;  ///< F16 (default, as llama.cpp) or F32
+  int64_t max_record_tokens = 0;  ///< > 0 enables RollbackTo() for passes of up to this many tokens
 };
 
 /// A copy of a sequence's recurrent state at some length (the KV rows below n_past are shared
@@ -116,8 +116,8 @@ class SequenceState {
   std::array<int64_t, kRewriteLog> rewrite_pos_{};  // indexed by generation % kRewriteLog
   // Rollback recording.
   int64_t max_rec_ = 0;
-  int64_t rec_T_ = 0;         // tokens of the recorded pass (0: none)
-  int64_t rec_start_ = 0;     // n_past before it
+  int64_t rec_T_ = 0;      // tokens of the recorded pass (0: none)
+  int64_t rec_start_ = 0;  // n_past before it
   int64_t rec_layer_floats_ = 0;
   std::vector<float> rec_;
   std::vector<float> rec_out_;  // replay output scratch [max_rec][d_inner]

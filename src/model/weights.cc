@@ -3,9 +3,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <new>
-#include <initializer_list>
 
 #include "base/error.h"
 #include "core/quant.h"
@@ -28,9 +28,10 @@ class TensorFinder {
     const gguf::TensorInfo* t = file_.FindTensor(name);
     std::vector<int64_t> want(ne);
     if (!t) {
-      Fail("{}: tensor '{}' not found (expected shape {}); the file is incomplete or not a {} model "
-           "with these hyperparameters",
-           file_.path(), name, ShapeString(want), hp_.arch);
+      Fail(
+          "{}: tensor '{}' not found (expected shape {}); the file is incomplete or not a {} model "
+          "with these hyperparameters",
+          file_.path(), name, ShapeString(want), hp_.arch);
     }
     bool ok = t->n_dims >= 1;
     for (int d = 0; d < 4 && ok; ++d) {
@@ -38,9 +39,10 @@ class TensorFinder {
       ok = t->ne[d] == w;
     }
     if (!ok) {
-      Fail("{}: tensor '{}' has shape {}, expected {} from the hyperparameters; the metadata and "
-           "the tensors disagree (re-export the file)",
-           file_.path(), name, ShapeString(std::span(t->ne.data(), t->n_dims)), ShapeString(want));
+      Fail(
+          "{}: tensor '{}' has shape {}, expected {} from the hyperparameters; the metadata and "
+          "the tensors disagree (re-export the file)",
+          file_.path(), name, ShapeString(std::span(t->ne.data(), t->n_dims)), ShapeString(want));
     }
     return *t;
   }
@@ -50,7 +52,8 @@ class TensorFinder {
     return ToMatrix(t, n_in, n_out);
   }
 
-  ExpertTensor Experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) const {
+  ExpertTensor Experts(const std::string& name, int64_t n_in, int64_t n_out,
+                       int64_t n_expert) const {
     const gguf::TensorInfo& t = Get(name, {n_in, n_out, n_expert});
     ExpertTensor e;
     e.first = ToMatrix(t, n_in, n_out);
@@ -62,7 +65,8 @@ class TensorFinder {
   std::vector<float> Vector(const std::string& name, std::initializer_list<int64_t> ne) const {
     const gguf::TensorInfo& t = Get(name, ne);
     if (!CanDequantize(t.type)) {
-      Fail("{}: tensor '{}' has type {}, which cannot be converted to F32", file_.path(), name, TypeName(t.type));
+      Fail("{}: tensor '{}' has type {}, which cannot be converted to F32", file_.path(), name,
+           TypeName(t.type));
     }
     std::vector<float> v(static_cast<size_t>(t.n_elements()));
     DequantizeRow(t.type, t.data, v.data(), t.n_elements());
@@ -73,9 +77,10 @@ class TensorFinder {
     try {
       (void)kernels::ActFormatFor(t.type);
     } catch (const Error&) {
-      Fail("{}: tensor '{}' has type {}; crossword multiplies F32, F16, BF16, Q8_0, Q4_0, Q4_K and "
-           "Q6_K matrices (requantize the file, e.g. to Q4_K_M or Q8_0)",
-           file_.path(), t.name, TypeName(t.type));
+      Fail(
+          "{}: tensor '{}' has type {}; crossword multiplies F32, F16, BF16, Q8_0, Q4_0, Q4_K and "
+          "Q6_K matrices (requantize the file, e.g. to Q4_K_M or Q8_0)",
+          file_.path(), t.name, TypeName(t.type));
     }
     kernels::Matrix m;
     m.type = t.type;
@@ -105,7 +110,8 @@ std::string LayoutReport::Describe() const {
     sep = "; ";
   }
   if (n_diffusion_tensors > 0) {
-    s += sep + std::to_string(n_diffusion_tensors) + " diffusion-only tensors mapped, unused (semantics unpublished)";
+    s += sep + std::to_string(n_diffusion_tensors) +
+         " diffusion-only tensors mapped, unused (semantics unpublished)";
     sep = "; ";
   }
   if (ssm_a_raw) s += sep + std::string("ssm_a holds raw A_log, converted to -exp(A_log) at load");
@@ -117,11 +123,14 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
   Weights w;
   const gguf::TensorInfo* embd = file.FindTensor("token_embd.weight");
   if (!embd || embd->n_dims != 2 || embd->ne[0] != hp.n_embd || embd->ne[1] < 1) {
-    Fail("{}: tensor 'token_embd.weight' must exist with shape {{{}, n_vocab}}", file.path(), hp.n_embd);
+    Fail("{}: tensor 'token_embd.weight' must exist with shape {{{}, n_vocab}}", file.path(),
+         hp.n_embd);
   }
-  if (!CanDequantize(embd->type)) Fail("{}: token_embd.weight has unsupported type {}", file.path(), TypeName(embd->type));
+  if (!CanDequantize(embd->type))
+    Fail("{}: token_embd.weight has unsupported type {}", file.path(), TypeName(embd->type));
   if (hp.n_vocab > embd->ne[1]) {
-    Fail("{}: tokenizer has {} tokens but token_embd.weight has only {} rows", file.path(), hp.n_vocab, embd->ne[1]);
+    Fail("{}: tokenizer has {} tokens but token_embd.weight has only {} rows", file.path(),
+         hp.n_vocab, embd->ne[1]);
   }
   hp.n_vocab = embd->ne[1];
   w.token_embd = embd->data;
@@ -132,7 +141,8 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
     w.output = f.Matrix("output.weight", hp.n_embd, hp.n_vocab);
   } else {
     w.output = f.ToMatrix(*embd, hp.n_embd, hp.n_vocab);
-    logger.Info("{}: no output.weight; the output head reuses token_embd.weight (tied)", file.path());
+    logger.Info("{}: no output.weight; the output head reuses token_embd.weight (tied)",
+                file.path());
   }
 
   w.layout.shared_count_missing = !hp.expert_shared_count_present && hp.arch == "clover_moe";
@@ -156,7 +166,8 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
       L.ssm_conv1d = f.Vector(p + "ssm_conv1d.weight", {hp.ssm_d_conv, qkv_rows});
       L.ssm_norm = f.Vector(p + "ssm_norm.weight", {hp.ssm_d_state});
       for (float a : L.ssm_a) any_positive_a |= a > 0.0f;
-      for (const char* extra : kDiffusionOnly) w.layout.n_diffusion_tensors += file.FindTensor(p + extra) != nullptr;
+      for (const char* extra : kDiffusionOnly)
+        w.layout.n_diffusion_tensors += file.FindTensor(p + extra) != nullptr;
     } else {
       const int64_t q_rows = static_cast<int64_t>(hp.n_head) * hp.head_dim;
       const int64_t kv_rows = static_cast<int64_t>(hp.n_head_kv) * hp.head_dim;
@@ -183,7 +194,9 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
   // a positive value can't be -exp(x) either, so it is raw whatever the other marks say.
   w.layout.ssm_a_raw = w.layout.n_diffusion_tensors > 0 || any_positive_a;
   if (w.layout.ssm_a_raw && w.layout.n_diffusion_tensors == 0) {
-    logger.Warn("{}: ssm_a holds positive values, which -exp(A_log) cannot: treating it as raw A_log", file.path());
+    logger.Warn(
+        "{}: ssm_a holds positive values, which -exp(A_log) cannot: treating it as raw A_log",
+        file.path());
   }
   if (w.layout.ssm_a_raw) {
     for (LayerWeights& L : w.layers) {
@@ -191,8 +204,8 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
     }
   }
   if (hp.n_layer_nextn > 0) {
-    logger.Info("{}: {} multi-token-prediction block(s) after the {} trunk layers are ignored", file.path(),
-                hp.n_layer_nextn, hp.n_layer);
+    logger.Info("{}: {} multi-token-prediction block(s) after the {} trunk layers are ignored",
+                file.path(), hp.n_layer_nextn, hp.n_layer);
   }
   logger.Info("{}: {}", file.path(), w.layout.Describe());
   return w;
@@ -236,8 +249,10 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   }
   if (total == 0) return 0;
   if (total > max_bytes) {
-    logger.Info("weights not repacked: the tile copies would take {:.1f} MiB, over the {:.1f} MiB allowed "
-                "(passes of 4+ rows repack on the fly)", total / 1048576.0, max_bytes / 1048576.0);
+    logger.Info(
+        "weights not repacked: the tile copies would take {:.1f} MiB, over the {:.1f} MiB allowed "
+        "(passes of 4+ rows repack on the fly)",
+        total / 1048576.0, max_bytes / 1048576.0);
     return 0;
   }
   // Uninitialized: every byte is written by Repack (zero-filling gigabytes first cost seconds).
@@ -246,8 +261,11 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   try {
     w.packed_storage = std::make_unique_for_overwrite<std::byte[]>(total + 64);
   } catch (const std::bad_alloc&) {
-    logger.Warn("weights not repacked: {:.1f} MiB for the tile copies could not be allocated (passes of 4+ rows "
-                "repack on the fly; --no-repack skips this attempt)", total / 1048576.0);
+    logger.Warn(
+        "weights not repacked: {:.1f} MiB for the tile copies could not be allocated (passes of 4+ "
+        "rows "
+        "repack on the fly; --no-repack skips this attempt)",
+        total / 1048576.0);
     return 0;
   }
   const auto addr = reinterpret_cast<uintptr_t>(w.packed_storage.get());
@@ -262,8 +280,10 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
     p.t->m->packed = base + p.offset;
     if (p.t->experts) p.t->experts->packed_stride = p.stride;
   }
-  logger.Info("repacked {} Q8_0/Q4_0 matrices into the VNNI tile layout ({:.1f} MiB, bit-identical results)",
-              placed.size(), total / 1048576.0);
+  logger.Info(
+      "repacked {} Q8_0/Q4_0 matrices into the VNNI tile layout ({:.1f} MiB, bit-identical "
+      "results)",
+      placed.size(), total / 1048576.0);
   return total;
 }
 

@@ -18,9 +18,10 @@ namespace crossword::model {
 /// Which of the three known differences between DiffuSpace's official Clover GGUF ("fork layout")
 /// and the layout upstream llama.cpp expects are present (../shared/clover-facts.md).
 struct LayoutReport {
-  bool shared_count_missing = false;   ///< 1: `<arch>.expert_shared_count` absent
-  int n_diffusion_tensors = 0;         ///< 2: ssm_bd_history.{weight,bias}, ssm_bd_logit_scale, ssm_conv1d.weight_right
-  bool ssm_a_raw = false;              ///< 3: blk.N.ssm_a holds raw A_log (converted at load)
+  bool shared_count_missing = false;  ///< 1: `<arch>.expert_shared_count` absent
+  int n_diffusion_tensors =
+      0;  ///< 2: ssm_bd_history.{weight,bias}, ssm_bd_logit_scale, ssm_conv1d.weight_right
+  bool ssm_a_raw = false;  ///< 3: blk.N.ssm_a holds raw A_log (converted at load)
   bool official() const { return shared_count_missing || n_diffusion_tensors > 0 || ssm_a_raw; }
   /// One line: "official (fork) layout: ..." or "upstream layout".
   std::string Describe() const;
@@ -28,14 +29,16 @@ struct LayoutReport {
 
 /// The routed experts' stacked 3-D tensor {n_in, n_out, n_expert}: expert e is a Matrix.
 struct ExpertTensor {
-  kernels::Matrix first;   ///< expert 0
+  kernels::Matrix first;     ///< expert 0
   size_t expert_stride = 0;  ///< bytes between experts
   size_t packed_stride = 0;  ///< bytes between experts' repacked copies (when first.packed is set)
   int n_expert = 0;
   kernels::Matrix Expert(int e) const {
     kernels::Matrix m = first;
     m.data = static_cast<const std::byte*>(first.data) + static_cast<size_t>(e) * expert_stride;
-    if (first.packed) m.packed = static_cast<const std::byte*>(first.packed) + static_cast<size_t>(e) * packed_stride;
+    if (first.packed)
+      m.packed =
+          static_cast<const std::byte*>(first.packed) + static_cast<size_t>(e) * packed_stride;
     return m;
   }
 };
@@ -47,40 +50,42 @@ struct LayerWeights {
   std::vector<float> post_attention_norm;  ///< {n_embd}
 
   // Gated attention (recurrent == false).
-  kernels::Matrix attn_q;       ///< {n_embd, n_head * head_dim * 2}: per head [q | gate]
-  kernels::Matrix attn_k;       ///< {n_embd, n_head_kv * head_dim}
-  kernels::Matrix attn_v;       ///< {n_embd, n_head_kv * head_dim}
-  kernels::Matrix attn_output;  ///< {n_head * head_dim, n_embd}
+  kernels::Matrix attn_q;          ///< {n_embd, n_head * head_dim * 2}: per head [q | gate]
+  kernels::Matrix attn_k;          ///< {n_embd, n_head_kv * head_dim}
+  kernels::Matrix attn_v;          ///< {n_embd, n_head_kv * head_dim}
+  kernels::Matrix attn_output;     ///< {n_head * head_dim, n_embd}
   std::vector<float> attn_q_norm;  ///< {head_dim}
   std::vector<float> attn_k_norm;  ///< {head_dim}
 
   // Gated DeltaNet (recurrent == true).
-  kernels::Matrix attn_qkv;   ///< {n_embd, conv_dim}: [q (k-heads) | k (k-heads) | v (v-heads, tiled)]
-  kernels::Matrix attn_gate;  ///< {n_embd, d_inner}: z
-  kernels::Matrix ssm_beta;   ///< {n_embd, n_v_heads}
-  kernels::Matrix ssm_alpha;  ///< {n_embd, n_v_heads}
-  kernels::Matrix ssm_out;    ///< {d_inner, n_embd}
+  kernels::Matrix
+      attn_qkv;  ///< {n_embd, conv_dim}: [q (k-heads) | k (k-heads) | v (v-heads, tiled)]
+  kernels::Matrix attn_gate;       ///< {n_embd, d_inner}: z
+  kernels::Matrix ssm_beta;        ///< {n_embd, n_v_heads}
+  kernels::Matrix ssm_alpha;       ///< {n_embd, n_v_heads}
+  kernels::Matrix ssm_out;         ///< {d_inner, n_embd}
   std::vector<float> ssm_dt_bias;  ///< {n_v_heads}
   std::vector<float> ssm_a;        ///< {n_v_heads}, always -exp(A_log) after load
   std::vector<float> ssm_conv1d;   ///< {K, conv_dim}: channel c taps at [c*K, c*K+K)
   std::vector<float> ssm_norm;     ///< {d_state}, NOT +1 (gated RMSNorm weight, as stored)
 
   // Mixture of experts.
-  kernels::Matrix ffn_gate_inp;  ///< router {n_embd, n_expert}
-  ExpertTensor ffn_gate_exps;    ///< {n_embd, n_ff_exp, n_expert}
-  ExpertTensor ffn_up_exps;      ///< {n_embd, n_ff_exp, n_expert}
-  ExpertTensor ffn_down_exps;    ///< {n_ff_exp, n_embd, n_expert}
+  kernels::Matrix ffn_gate_inp;           ///< router {n_embd, n_expert}
+  ExpertTensor ffn_gate_exps;             ///< {n_embd, n_ff_exp, n_expert}
+  ExpertTensor ffn_up_exps;               ///< {n_embd, n_ff_exp, n_expert}
+  ExpertTensor ffn_down_exps;             ///< {n_ff_exp, n_embd, n_expert}
   std::vector<float> ffn_gate_inp_shexp;  ///< {n_embd}: shared-expert gate logit weights
-  kernels::Matrix ffn_gate_shexp;  ///< {n_embd, n_ff_shexp}
-  kernels::Matrix ffn_up_shexp;    ///< {n_embd, n_ff_shexp}
-  kernels::Matrix ffn_down_shexp;  ///< {n_ff_shexp, n_embd}
+  kernels::Matrix ffn_gate_shexp;         ///< {n_embd, n_ff_shexp}
+  kernels::Matrix ffn_up_shexp;           ///< {n_embd, n_ff_shexp}
+  kernels::Matrix ffn_down_shexp;         ///< {n_ff_shexp, n_embd}
 
   // One list for the const and mutable accessors below (Self deduces the constness).
   template <class Self>
   static auto Dense(Self& L) {
-    return std::array{&L.attn_q,         &L.attn_k,       &L.attn_v,        &L.attn_output, &L.attn_qkv,
-                      &L.attn_gate,      &L.ssm_beta,     &L.ssm_alpha,     &L.ssm_out,     &L.ffn_gate_inp,
-                      &L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_down_shexp};
+    return std::array{&L.attn_q,        &L.attn_k,       &L.attn_v,         &L.attn_output,
+                      &L.attn_qkv,      &L.attn_gate,    &L.ssm_beta,       &L.ssm_alpha,
+                      &L.ssm_out,       &L.ffn_gate_inp, &L.ffn_gate_shexp, &L.ffn_up_shexp,
+                      &L.ffn_down_shexp};
   }
   template <class Self>
   static auto Stacks(Self& L) {
@@ -121,6 +126,7 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger);
 /// with or without it. Skipped, with a log line, when the copies would take more than
 /// `max_bytes` or their allocation fails. Matrices are repacked in parallel on `pool` when
 /// given. Returns the bytes used (0 when skipped).
-size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadPool* pool = nullptr);
+size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger,
+                     ThreadPool* pool = nullptr);
 
 }  // namespace crossword::model

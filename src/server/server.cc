@@ -209,7 +209,8 @@ void Server::Impl::Setup() {
 
 void Server::Impl::CheckOptions() const {
   Check(options.n_slots >= 1, "-np must be >= 1 (got {})", options.n_slots);
-  Check(options.engine.threads >= 0, "-t must be >= 0, 0 meaning all cores (got {})", options.engine.threads);
+  Check(options.engine.threads >= 0, "-t must be >= 0, 0 meaning all cores (got {})",
+        options.engine.threads);
   Check(options.http_threads >= 0, "--threads-http must be >= 0 (got {})", options.http_threads);
   Check(options.batch_tokens >= 1, "-b must be >= 1 (got {})", options.batch_tokens);
   Check(options.n_ctx >= 0, "-c must be >= 0, 0 meaning 4096 per slot (got {})", options.n_ctx);
@@ -218,24 +219,29 @@ void Server::Impl::CheckOptions() const {
           "-c {} over {} slots leaves {} tokens per slot; give at least 16 per slot", options.n_ctx,
           options.n_slots, options.n_ctx / options.n_slots);
   }
-  Check(options.max_checkpoints >= 1, "--ctx-checkpoints must be >= 1 (got {})", options.max_checkpoints);
+  Check(options.max_checkpoints >= 1, "--ctx-checkpoints must be >= 1 (got {})",
+        options.max_checkpoints);
   Check(options.checkpoint_interval >= 1, "--ctx-checkpoint-interval must be >= 1 (got {})",
         options.checkpoint_interval);
-  Check(options.max_block_size == 0 || (options.max_block_size >= 2 && options.max_block_size <= 256),
-        "--max-block-size must be 0 (the default) or in [2, 256] (got {})", options.max_block_size);
+  Check(
+      options.max_block_size == 0 || (options.max_block_size >= 2 && options.max_block_size <= 256),
+      "--max-block-size must be 0 (the default) or in [2, 256] (got {})", options.max_block_size);
   if (options.max_block_size > 0 && options.decoding.block_size > options.max_block_size) {
-    Fail("--block-size {} exceeds --max-block-size {}", options.decoding.block_size, options.max_block_size);
+    Fail("--block-size {} exceeds --max-block-size {}", options.decoding.block_size,
+         options.max_block_size);
   }
   // The flags given, over valid stand-ins for the model's defaults (checked again after loading).
-  decode::CheckDecodeRanges(options.decoding.Apply(decode::DecodeParams{}), decode::ParamNames::kFlags);
+  decode::CheckDecodeRanges(options.decoding.Apply(decode::DecodeParams{}),
+                            decode::ParamNames::kFlags);
 }
 
 void Server::Impl::Load() {
   engine = engine::Engine::Load(options.engine);
   const model::Hparams& hp = engine->model().hparams();
   // -c over -np was checked by CheckOptions, before the port was bound.
-  n_ctx_slot = options.n_ctx > 0 ? options.n_ctx / options.n_slots
-                                 : (hp.n_ctx_train > 0 ? std::min<int64_t>(4096, hp.n_ctx_train) : 4096);
+  n_ctx_slot = options.n_ctx > 0
+                   ? options.n_ctx / options.n_slots
+                   : (hp.n_ctx_train > 0 ? std::min<int64_t>(4096, hp.n_ctx_train) : 4096);
   decode::DecodeParams p = options.decoding.Apply(engine->DefaultDecodeParams());
   // The flags passed CheckOptions; a model default they leave in place may still be out of range.
   decode::CheckDecodeRanges(p, decode::ParamNames::kFlags);

@@ -31,8 +31,9 @@ struct ServerOptions {
   int http_threads = 0;              ///< 0: max(16, 4 x slots + 8)
   size_t max_queue = 1024;
   // Request defaults.
-  decode::DecodeOverrides decoding;  ///< --mode, --block-size, --threshold, --draft-max, --draft-p-min
-  int max_block_size = 0;   ///< 0: max(32, the default block size)
+  decode::DecodeOverrides
+      decoding;            ///< --mode, --block-size, --threshold, --draft-max, --draft-p-min
+  int max_block_size = 0;  ///< 0: max(32, the default block size)
   bool no_dllm_biases = false;
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();

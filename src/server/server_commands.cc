@@ -128,8 +128,9 @@ void RegisterServerCommands(CLI::App& app) {
   cmd->add_option("--kv-type", f->kv_type, "KV cache type: f16 or f32")->capture_default_str();
   cmd->add_flag("--no-mmap", f->no_mmap, "read the model into RAM instead of mapping it");
   cmd->add_flag("--mlock", f->mlock, "pin the model in RAM");
-  cmd->add_flag("--no-repack", f->no_repack,
-                "keep no tile-layout copy of Q8_0/Q4_0 weights (multi-row passes repack on the fly)");
+  cmd->add_flag(
+      "--no-repack", f->no_repack,
+      "keep no tile-layout copy of Q8_0/Q4_0 weights (multi-row passes repack on the fly)");
   cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or silent")
       ->capture_default_str();
   cmd->add_flag("--log-prompts", o.log_prompts,
@@ -145,10 +146,12 @@ void RegisterServerCommands(CLI::App& app) {
                   "default diffusion block / spec draft length (0: the model's)");
   cmd->add_option("--threshold", o.decoding.threshold,
                   "default diffusion commit threshold (0: the model's)");
-  cmd->add_option("--draft-max", o.decoding.draft_max,
-                  "default spec drafts per round at most, [0, 255] (0: block size - 1; default 15)");
-  cmd->add_option("--draft-p-min", o.decoding.draft_p_min,
-                  "default spec verify cut: leading drafts with probability >= this, [0, 1] (default 0: all)");
+  cmd->add_option(
+      "--draft-max", o.decoding.draft_max,
+      "default spec drafts per round at most, [0, 255] (0: block size - 1; default 15)");
+  cmd->add_option(
+      "--draft-p-min", o.decoding.draft_p_min,
+      "default spec verify cut: leading drafts with probability >= this, [0, 1] (default 0: all)");
   cmd->add_option("--max-block-size", o.max_block_size,
                   "largest block a request may ask for (0: max(32, default))");
   cmd->add_flag("--no-dllm-biases", o.no_dllm_biases,

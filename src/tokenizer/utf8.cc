@@ -52,7 +52,6 @@ Utf8Step DecodeUtf8(const char* p, size_t n) {
   return {cp, len, Utf8Step::kValid};
 }
 
-
 void AppendUtf8Lossy(std::string_view bytes, std::string& out) {
   size_t i = 0;
   while (i < bytes.size()) {

@@ -263,8 +263,10 @@ TEST(Api, RejectsBadFieldsNamingThem) {
             "threshold");
   EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "draft_max": -1})"),
             "draft_max");
-  EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "crossword": {"draft_p_min": 1.5}})"),
-            "crossword.draft_p_min");
+  EXPECT_EQ(
+      ParamOf(
+          R"({"messages": [{"role": "user", "content": "x"}], "crossword": {"draft_p_min": 1.5}})"),
+      "crossword.draft_p_min");
   EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"-1": 2}})"),
             "logit_bias.-1");
   EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "whatever": [1]})"),
