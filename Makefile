@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build run test test-asan fuzz bench train-tiny clean
+.PHONY: deps configure build install run test test-asan fuzz bench train-tiny clean
 
 deps:
 	@scripts/install-deps
@@ -13,6 +13,12 @@ configure: deps
 
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
+
+# The binary and the shared libraries it needs beyond a Debian 12 base image, under PREFIX/bin and
+# PREFIX/lib (what the Dockerfile's runtime stage copies).
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 run: build
 	@scripts/demo $(BUILD)
