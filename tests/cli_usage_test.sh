@@ -44,6 +44,8 @@ expect_serve "exceeds --max-block-size" --block-size 64 --max-block-size 32
 expect_serve "\-b must be" -b 0
 expect_serve "at least 16 per slot" -c 10
 expect_serve "ctx-checkpoints must be" --ctx-checkpoints 0
+expect_serve "metrics-compat must be none or vllm" --metrics-compat sglang
+expect_serve "drain-timeout must be in" --drain-timeout -1
 expect 0 "Usage" --help
 expect 0 "crossword 0.1.0" --version
 msgs=$(mktemp)

@@ -36,6 +36,8 @@ struct Scheduler::Slot {
   bool end_checkpoint = false;
   std::span<const float> row;  // AR: the logits row of the pass being consumed (for on_token)
   Clock::time_point admitted;
+  Clock::time_point last_emit;  // the request's previous emission (on_emit)
+  bool emitted = false;         // it emitted at least one token
   double prefill_seconds = 0;
 
   explicit Slot(PromptCacheOptions o) : cache(o) {}
@@ -70,6 +72,7 @@ Scheduler::Scheduler(const Engine& engine, SchedulerOptions options)
   inputs_.reserve(static_cast<size_t>(options_.n_slots));
   members_.reserve(static_cast<size_t>(options_.n_slots));
   metrics_.n_slots = options_.n_slots;
+  metrics_.kv_tokens_total = int64_t{options_.n_slots} * options_.n_ctx;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -185,6 +188,7 @@ void Scheduler::Loop() {
       std::unique_ptr<Pending> p = std::move(s->active);
       Admit(std::move(p), *s);
     }
+    if (!admitted.empty()) PublishKvUse();
     if (stopping) {
       for (auto& s : slots_) {
         if (!s->active) continue;
@@ -201,6 +205,7 @@ void Scheduler::Loop() {
 void Scheduler::Admit(std::unique_ptr<Pending> p, Slot& slot) {
   slot.active = std::move(p);
   slot.admitted = Clock::now();
+  slot.emitted = false;
   slot.prefill_seconds = 0;
   slot.end_checkpoint = false;
   const std::vector<int32_t>& prompt = slot.active->req.prompt;
@@ -276,7 +281,10 @@ bool Scheduler::Step() {
     members_.push_back(s.index);
   }
   ++rr_;
-  if (inputs_.empty()) return false;
+  if (inputs_.empty()) {
+    PublishKvUse();  // a cancelled request may have freed its slot above
+    return false;
+  }
 
   const auto t0 = Clock::now();
   int64_t pass_tokens = 0;
@@ -289,6 +297,7 @@ bool Scheduler::Step() {
       slots_[m]->cache.Clear(*slots_[m]->state);
       Finish(*slots_[m], msg);
     }
+    PublishKvUse();
     return true;
   }
   int64_t emitted = 0;
@@ -312,7 +321,14 @@ bool Scheduler::Step() {
       Finish(s, e.what());
       continue;
     }
-    emitted += s.gen->stats().generated - before;
+    const int64_t n_new = s.gen->stats().generated - before;
+    emitted += n_new;
+    if (n_new > 0 && options_.on_emit) {
+      const auto now = Clock::now();
+      options_.on_emit(n_new, !s.emitted, Seconds(s.emitted ? s.last_emit : s.admitted, now));
+      s.last_emit = now;
+      s.emitted = true;
+    }
     if (!s.end_checkpoint && s.state->n_past() == s.prompt_size()) {
       s.prefill_seconds = Seconds(s.admitted, Clock::now());
       s.cache.AddCheckpoint(*s.state);
@@ -321,6 +337,7 @@ bool Scheduler::Step() {
     if (s.gen->done()) Finish(s, "");
   }
   const double busy = Seconds(t0, Clock::now());
+  PublishKvUse();
   std::lock_guard lk(mu_);
   ++metrics_.forward_passes;
   metrics_.forward_tokens += pass_tokens;
@@ -328,6 +345,14 @@ bool Scheduler::Step() {
   metrics_.busy_seconds += busy;
   metrics_.generated_tokens += emitted;
   return true;
+}
+
+void Scheduler::PublishKvUse() {
+  int64_t used = 0;
+  for (const auto& s : slots_)
+    if (s->active) used += s->state->n_past();
+  std::lock_guard lk(mu_);
+  metrics_.kv_tokens_used = used;
 }
 
 void Scheduler::Finish(Slot& slot, const std::string& error) {

@@ -29,6 +29,11 @@ struct SchedulerOptions {
   int max_block_size = 32;   ///< largest diffusion block / spec draft a request may use
   size_t max_queue = 1024;   ///< waiting requests beyond this are refused
   PromptCacheOptions cache;  ///< checkpoints (turn_start defaults to the model's <|im_start|>)
+  /// Optional: called on the scheduler thread after each forward pass, once per request that
+  /// emitted tokens in it, with the tokens emitted, whether they are the request's first, and the
+  /// seconds since its previous emission (first: since it got its slot). For latency histograms;
+  /// must be quick and must not throw.
+  std::function<void(int64_t tokens, bool first, double seconds)> on_emit;
 };
 
 /// How a request ended, reported once to its on_done callback.
@@ -92,6 +97,10 @@ struct SchedulerMetrics {
   int64_t forward_tokens = 0;     ///< tokens processed in them (prefill, steps, blocks)
   int64_t forward_sequences = 0;  ///< sum over passes of the sequences batched in it
   double busy_seconds = 0;        ///< time spent in forward passes and sampling
+  /// Context tokens held by the busy slots' sequences (prompt prefix resumed or evaluated, plus
+  /// the answer so far), updated after each pass; kv_tokens_total = slots x context per slot.
+  int64_t kv_tokens_used = 0;
+  int64_t kv_tokens_total = 0;
 };
 
 /// Owns the slots and the scheduler thread. Engine must outlive it. Thread-safe: Submit, Metrics
@@ -123,6 +132,7 @@ class Scheduler {
   bool Step();
   void Finish(Slot& slot, const std::string& error);
   void StartGeneration(Slot& slot);
+  void PublishKvUse();  // scheduler thread: recomputes metrics_.kv_tokens_used
 
   const Engine& engine_;
   SchedulerOptions options_;

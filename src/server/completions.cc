@@ -252,6 +252,7 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
       merged.error = o.error;
       merged.total_seconds = std::chrono::duration<double>(Clock::now() - ex->submitted).count();
     }
+    request_metrics.OnRequestDone(merged, ex->first_token_at);  // once per client request
     {
       std::lock_guard lk(ex->mu);
       for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
@@ -266,6 +267,11 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
 
 void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
                             GenerationJob job) {
+  // Counted until the answer is handed over (a stream: until its last chunk); a drain waits for 0.
+  ++in_flight;
+  const std::shared_ptr<void> in_flight_guard(nullptr, [this](void*) { --in_flight; });
+  if (draining.load())
+    throw ApiError(503, "unavailable_error", "", "the server is shutting down; retry elsewhere");
   const int64_t n_prompt = static_cast<int64_t>(job.prompt.size());
   if (n_prompt >= n_ctx_slot) {
     throw ApiError(
@@ -524,7 +530,8 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
         sink.done();
         return true;
       },
-      [ex](bool success) {
+      [ex, in_flight_guard](bool success) {
+        (void)in_flight_guard;  // held until httplib releases the finished stream
         if (!success) ex->Cancel();
       });
 }

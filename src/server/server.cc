@@ -175,7 +175,12 @@ void Server::Impl::Setup() {
   });
 
   auto health = [this](const httplib::Request&, httplib::Response& res) {
-    if (ready.load()) {
+    if (draining.load()) {
+      res.status = 503;
+      res.set_content(
+          R"({"status":"draining","error":{"code":503,"message":"Shutting down","type":"unavailable_error"}})",
+          "application/json");
+    } else if (ready.load()) {
       res.set_content(R"({"status":"ok"})", "application/json");
     } else {
       res.status = 503;
@@ -268,6 +273,9 @@ void Server::Impl::Load() {
   so.max_queue = options.max_queue;
   so.cache.interval = options.checkpoint_interval;
   so.cache.max_checkpoints = options.max_checkpoints;
+  so.on_emit = [this](int64_t tokens, bool first, double seconds) {
+    request_metrics.OnEmit(tokens, first, seconds);
+  };
   scheduler = std::make_unique<engine::Scheduler>(*engine, so);
   if (!options.alias.empty()) {
     model_name = options.alias;
@@ -302,45 +310,20 @@ void Server::Impl::HandleModels(const httplib::Request&, httplib::Response& res)
 }
 
 void Server::Impl::HandleMetrics(const httplib::Request&, httplib::Response& res) {
-  engine::SchedulerMetrics m;
-  if (ready.load()) m = scheduler->Metrics();
-  std::string out;
-  auto metric = [&](const char* name, const char* type, const char* help, auto value) {
-    out += fmt::format("# HELP crossword_{} {}\n# TYPE crossword_{} {}\ncrossword_{} {}\n", name,
-                       help, name, type, name, value);
-  };
-  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  metric("ready", "gauge", "1 once the model is loaded", ready.load() ? 1 : 0);
-  metric("http_requests_total", "counter", "HTTP requests received", http_requests.load());
-  metric("http_client_errors_total", "counter", "HTTP answers with status 4xx", http_4xx.load());
-  metric("http_server_errors_total", "counter", "HTTP answers with status 5xx", http_5xx.load());
-  metric("requests_submitted_total", "counter", "generation requests queued", m.requests_submitted);
-  metric("requests_finished_total", "counter", "generation requests that ended by stop or length",
-         m.requests_finished);
-  metric("requests_cancelled_total", "counter",
-         "generation requests cancelled (client gone, stop string)", m.requests_cancelled);
-  metric("requests_failed_total", "counter", "generation requests that failed in the engine",
-         m.requests_failed);
-  metric("prompt_tokens_total", "counter", "prompt tokens of requests that got a slot",
-         m.prompt_tokens);
-  metric("prompt_tokens_cached_total", "counter", "prompt tokens resumed from the prompt cache",
-         m.prompt_tokens_cached);
-  metric("generated_tokens_total", "counter", "tokens generated", m.generated_tokens);
-  metric("forward_passes_total", "counter", "batched forward passes", m.forward_passes);
-  metric("forward_tokens_total", "counter", "tokens processed by forward passes", m.forward_tokens);
-  metric("busy_seconds_total", "counter", "seconds spent in forward passes and sampling",
-         m.busy_seconds);
-  metric("tokens_per_second", "gauge", "generated tokens per busy second since start",
-         ratio(static_cast<double>(m.generated_tokens), m.busy_seconds));
-  metric("tokens_per_pass", "gauge", "generated tokens per forward pass since start",
-         ratio(static_cast<double>(m.generated_tokens), static_cast<double>(m.forward_passes)));
-  metric("sequences_per_pass", "gauge", "mean sequences batched in one forward pass",
-         ratio(static_cast<double>(m.forward_sequences), static_cast<double>(m.forward_passes)));
-  metric("queue_length", "gauge", "requests waiting for a slot", m.queue_length);
-  metric("slots_busy", "gauge", "slots decoding a request", m.slots_busy);
-  metric("slots_total", "gauge", "slots (-np)", options.n_slots);
-  metric("slot_utilization", "gauge", "busy slots / slots", ratio(m.slots_busy, options.n_slots));
-  res.set_content(out, "text/plain; version=0.0.4");
+  MetricsView v;
+  v.ready = ready.load();
+  v.draining = draining.load();
+  v.http_requests = http_requests.load();
+  v.http_4xx = http_4xx.load();
+  v.http_5xx = http_5xx.load();
+  if (v.ready) {  // Load() has written the scheduler and the name
+    v.sched = scheduler->Metrics();
+    v.model_name = model_name;
+  }
+  v.n_slots = options.n_slots;
+  v.cache_block_tokens = options.checkpoint_interval;
+  res.set_content(RenderMetrics(v, request_metrics, options.metrics_compat),
+                  "text/plain; version=0.0.4");
 }
 
 void Server::Impl::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
@@ -453,5 +436,11 @@ void Server::Stop() {
   impl_->stopping.store(true);
   impl_->http.stop();
 }
+
+void Server::BeginDrain() {
+  if (impl_) impl_->draining.store(true);
+}
+
+int64_t Server::InFlight() const { return impl_ ? impl_->in_flight.load() : 0; }
 
 }  // namespace crossword::server

@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "server/api.h"
+#include "server/metrics.h"
 
 namespace crossword::server {
 
@@ -40,6 +41,8 @@ struct ServerOptions {
   // Prompt cache.
   int64_t checkpoint_interval = 256;
   int max_checkpoints = 8;
+  /// --metrics-compat vllm: /metrics also shows vLLM's names (docs/deploy.md).
+  MetricsCompat metrics_compat = MetricsCompat::kNone;
 };
 
 /// The server. Run() binds the port first (so /health answers "loading" while the model loads),
@@ -56,6 +59,12 @@ class Server {
   void Run();
   /// Stops serving (any thread; idempotent). Active requests are cancelled.
   void Stop();
+  /// Starts a graceful drain (any thread; idempotent): /health answers 503 "draining", new
+  /// generation requests get 503, queued and running ones go on. Stop() ends it.
+  void BeginDrain();
+  /// Generation requests not yet fully answered (queued, running, or a stream still being
+  /// written). After BeginDrain, 0 means Stop() loses nothing.
+  int64_t InFlight() const;
 
  private:
   struct Impl;

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <ctime>
 #include <memory>
@@ -21,8 +22,10 @@ namespace {
 struct ServeFlags {
   ServerOptions o;
   std::string kv_type = "f16", log_level = "info", reasoning_format = "deepseek", kwargs;
+  std::string metrics_compat = "none";
   bool no_mmap = false, mlock = false, no_repack = false;
   int reasoning_budget = -1;
+  double drain_timeout = 20;  ///< seconds SIGTERM waits for requests in flight
 };
 
 void Serve(ServeFlags& f) {
@@ -60,9 +63,14 @@ void Serve(ServeFlags& f) {
   Check(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535] (got {})", o.port);
   Check(o.n_slots >= 1 && o.n_slots <= 256, "-np must be in [1, 256] (got {})", o.n_slots);
   Check(o.max_body_bytes >= 1024, "--max-body-size must be at least 1024 bytes");
+  o.metrics_compat = ParseMetricsCompat(f.metrics_compat);
+  Check(f.drain_timeout >= 0 && f.drain_timeout <= 86400,
+        "--drain-timeout must be in [0, 86400] seconds (got {})", f.drain_timeout);
 
-  // SIGINT/SIGTERM are taken by one thread (sigtimedwait) that stops the server; every other
-  // thread, created after this point, inherits the blocked mask.
+  // SIGINT/SIGTERM are taken by one thread (sigtimedwait); every other thread, created after this
+  // point, inherits the blocked mask. SIGINT stops at once (running requests are cancelled).
+  // SIGTERM drains: no new generations, those in flight finish within --drain-timeout, then the
+  // server stops (what still runs is cancelled); a second signal stops at once.
   std::signal(SIGPIPE, SIG_IGN);
   sigset_t set, old;
   sigemptyset(&set);
@@ -71,12 +79,39 @@ void Serve(ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &set, &old);
   Server server(o);
   std::atomic<bool> finished{false};
+  const double drain_timeout = f.drain_timeout;
   std::thread watcher([&] {
-    const timespec tick{0, 200 * 1000 * 1000};
+    using Clock = std::chrono::steady_clock;
+    const timespec tick{0, 20 * 1000 * 1000};
+    bool draining = false;
+    Clock::time_point t0, deadline;
     while (!finished.load()) {
       const int sig = sigtimedwait(&set, nullptr, &tick);
-      if (sig == SIGINT || sig == SIGTERM) {
-        o.engine.logger.Info("signal {}: shutting down", sig);
+      if (sig == SIGINT || (sig == SIGTERM && (draining || drain_timeout <= 0))) {
+        o.engine.logger.Info("signal {}: shutting down now ({} requests in flight cancelled)", sig,
+                             server.InFlight());
+        server.Stop();
+        return;
+      }
+      if (sig == SIGTERM) {
+        draining = true;
+        server.BeginDrain();
+        t0 = Clock::now();
+        deadline = t0 + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(drain_timeout));
+        o.engine.logger.Info("SIGTERM: draining {} requests in flight (at most {} s)",
+                             server.InFlight(), drain_timeout);
+      }
+      if (!draining) continue;
+      const int64_t left = server.InFlight();
+      if (left == 0 || Clock::now() >= deadline) {
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (left == 0) {
+          o.engine.logger.Info("drained in {:.2f} s: shutting down", s);
+        } else {
+          o.engine.logger.Info("drain bound reached after {:.2f} s: cancelling {} requests", s,
+                               left);
+        }
         server.Stop();
         return;
       }
@@ -169,6 +204,14 @@ void RegisterServerCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ctx-checkpoint-interval", o.checkpoint_interval,
                   "prompt tokens between checkpoints")
+      ->capture_default_str();
+  cmd->add_option(
+         "--metrics-compat", f->metrics_compat,
+         "none, or vllm: /metrics also shows vLLM's names (vllm:num_requests_waiting, ...)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--drain-timeout", f->drain_timeout,
+         "seconds SIGTERM waits for requests in flight before cancelling them (0: at once)")
       ->capture_default_str();
   cmd->callback([f, cmd] {
     const std::vector<std::string> extra = cmd->remaining();

@@ -78,6 +78,9 @@ struct Server::Impl {
   std::unique_ptr<engine::Scheduler> scheduler;
   std::atomic<bool> ready{false};
   std::atomic<bool> stopping{false};  // Stop() was called: waiting handlers cancel and return
+  std::atomic<bool> draining{false};  // BeginDrain(): no new generations, the rest finish
+  std::atomic<int64_t> in_flight{0};  // generation requests not yet fully answered
+  RequestMetrics request_metrics;     // latency histograms (metrics.h)
   RequestDefaults defaults;
   int64_t n_ctx_slot = 0;
   std::string model_name;

@@ -1,0 +1,141 @@
+// SIGTERM drains: /health turns 503 "draining", new generations get 503, the requests in flight
+// (running and queued, streamed or not) finish complete, and the server exits 0 within
+// --drain-timeout; requests that outlive the bound are cancelled at it and the exit is still 0.
+// SIGINT (and a second SIGTERM) stop at once.
+import assert from "node:assert/strict";
+import { check, get, post, run, sleep, startServer } from "./harness.mjs";
+
+const ask = (i, max_tokens) => ({
+  messages: [{ role: "user", content: `Name ${i + 2} colours.` }], max_tokens, ignore_eos: true, reasoning_format: "none",
+});
+
+/// A streamed chat request: resolves to {events, done, finish, tokens, firstAt}; `onFirst` fires at
+/// the first content delta.
+async function stream(base, body, onFirst = () => {}) {
+  const r = await fetch(base + "/v1/chat/completions", {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+  });
+  const out = { status: r.status, events: [], done: false, finish: null, tokens: 0, error: null };
+  if (r.status !== 200) return out;
+  const decoder = new TextDecoder();
+  let buf = "";
+  try {
+    for await (const chunk of r.body) {
+      buf += decoder.decode(chunk, { stream: true });
+      let i;
+      while ((i = buf.indexOf("\n\n")) >= 0) {
+        const ev = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        if (!ev.startsWith("data: ")) continue;
+        const data = ev.slice(6);
+        out.events.push(data);
+        if (data === "[DONE]") {
+          out.done = true;
+          continue;
+        }
+        const j = JSON.parse(data);
+        if (j.error) out.error = j.error;
+        if (j.usage) out.tokens = j.usage.completion_tokens;
+        for (const c of j.choices ?? []) {
+          if (c.delta?.content && out.events.length <= 3) onFirst();
+          if (c.finish_reason) out.finish = c.finish_reason;
+        }
+      }
+    }
+  } catch (e) {
+    out.error = out.error ?? String(e);  // the connection was cut
+  }
+  return out;
+}
+
+const exitOf = (srv) => new Promise((r) => (srv.exited() ? r(srv.exited()) : srv.proc.on("exit", (code, signal) => r({ code, signal }))));
+
+check("SIGTERM with streams running and queued: all finish complete, 503 for new work, exit 0 within the bound", async () => {
+  const srv = await startServer(["-np", "2", "--drain-timeout", "30"]);
+  let started = 0;
+  let firstSeen;
+  const firstTwo = new Promise((r) => (firstSeen = r));
+  const streams = [0, 1, 2, 3].map((i) => stream(srv.base, ask(i, 400), () => ++started === 2 && firstSeen()));
+  const plain = post(srv.base, "/v1/chat/completions", ask(4, 200));  // queued, not streamed
+  await firstTwo;
+  const t0 = Date.now();
+  srv.proc.kill("SIGTERM");
+  await sleep(50);
+  const h = await get(srv.base, "/health");
+  assert.equal(h.status, 503);
+  assert.equal(h.body.status, "draining");
+  const late = await post(srv.base, "/v1/chat/completions", ask(5, 5));
+  assert.equal(late.status, 503, "a new generation during the drain");
+  const m = (await get(srv.base, "/metrics")).text;
+  assert.match(m, /^crossword_draining 1$/m);
+  const results = await Promise.all(streams);
+  const p = await plain;
+  const ex = await exitOf(srv);
+  const took = Date.now() - t0;
+  for (const [i, r] of results.entries()) {
+    assert.equal(r.status, 200);
+    assert.equal(r.error, null, `stream ${i}: ${r.error}`);
+    assert.ok(r.done, `stream ${i} has no [DONE]`);
+    assert.equal(r.finish, "length", `stream ${i}`);
+    assert.equal(r.tokens, 400, `stream ${i}`);
+  }
+  assert.equal(p.status, 200);
+  assert.equal(p.body.usage.completion_tokens, 200);
+  assert.deepEqual(ex, { code: 0, signal: null });
+  assert.ok(took < 30000, `took ${took} ms`);
+  assert.match(srv.log(), /drained in [0-9.]+ s/);
+  console.log(`     5 requests (2 running, 3 queued) finished during the drain; exit 0 after ${took} ms`);
+});
+
+check("SIGTERM with requests longer than --drain-timeout: cancelled at the bound, exit 0", async () => {
+  const srv = await startServer(["-np", "1", "-c", "8192", "--drain-timeout", "1"]);
+  let firstSeen;
+  const first = new Promise((r) => (firstSeen = r));
+  const long = stream(srv.base, ask(0, 8000), () => firstSeen());
+  const queued = stream(srv.base, ask(1, 8000));
+  await first;
+  const t0 = Date.now();
+  srv.proc.kill("SIGTERM");
+  const ex = await exitOf(srv);
+  const took = Date.now() - t0;
+  const [a, b] = await Promise.all([long, queued]);
+  assert.deepEqual(ex, { code: 0, signal: null });
+  assert.ok(took >= 900 && took < 4000, `exit ${took} ms after SIGTERM with a 1 s bound`);
+  assert.ok(a.tokens < 8000 && b.tokens < 8000, "the long requests cannot have finished");
+  assert.ok(!a.done || a.error || a.finish !== "length", "the cut stream must not look complete");
+  assert.match(srv.log(), /drain bound reached after [0-9.]+ s: cancelling 2 requests/);
+  console.log(`     exit 0 ${took} ms after SIGTERM (bound 1 s)`);
+});
+
+check("SIGINT stops at once (running requests cancelled), exit 0", async () => {
+  const srv = await startServer(["-np", "1", "-c", "8192", "--drain-timeout", "30"]);
+  let firstSeen;
+  const first = new Promise((r) => (firstSeen = r));
+  const long = stream(srv.base, ask(0, 8000), () => firstSeen());
+  await first;
+  const t0 = Date.now();
+  srv.proc.kill("SIGINT");
+  const ex = await exitOf(srv);
+  await long;
+  assert.deepEqual(ex, { code: 0, signal: null });
+  assert.ok(Date.now() - t0 < 3000, `SIGINT took ${Date.now() - t0} ms`);
+});
+
+check("a second SIGTERM during the drain stops at once", async () => {
+  const srv = await startServer(["-np", "1", "-c", "8192", "--drain-timeout", "30"]);
+  let firstSeen;
+  const first = new Promise((r) => (firstSeen = r));
+  const long = stream(srv.base, ask(0, 8000), () => firstSeen());
+  await first;
+  srv.proc.kill("SIGTERM");
+  await sleep(200);
+  assert.equal(srv.exited(), null, "still draining after one SIGTERM");
+  const t0 = Date.now();
+  srv.proc.kill("SIGTERM");
+  const ex = await exitOf(srv);
+  await long;
+  assert.deepEqual(ex, { code: 0, signal: null });
+  assert.ok(Date.now() - t0 < 3000);
+});
+
+await run([]);
