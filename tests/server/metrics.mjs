@@ -254,6 +254,14 @@ check("a picker's view of three replicas: the loaded one shows its queue and KV 
   assert.ok(a[0] > b[0] && a[0] > c[0] && a[1] > b[1] && a[1] > c[1], `A ${a} B ${b} C ${c}`);
 });
 
+check("a scrape goes out uncompressed even to a client that accepts br or gzip (brotli cost 20 ms/scrape)", async () => {
+  for (const enc of ["br", "gzip", "gzip, deflate, br"]) {
+    const r = await fetch(`${A.base}/metrics`, { headers: { "accept-encoding": enc } });
+    assert.equal(r.headers.get("content-encoding"), null, enc);
+    assert.match(await r.text(), /^crossword_queue_length \d+$/m);
+  }
+});
+
 check("/health: 503 while the model loads (and generation refused), 200 when ready", async () => {
   // A model path that blocks in open(2): a FIFO nobody writes to yet keeps the server loading.
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "cw-fifo-"));
