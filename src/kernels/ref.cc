@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/fp16.h"
+#include "core/quant.h"
 #include "core/quant_blocks.h"
 
 namespace crossword::kernels::ref {
@@ -302,6 +303,20 @@ void MatMul(const MatMulJob& job) {
     for (int64_t o = 0; o < job.w.n_out; ++o) {
       const auto* wrow = static_cast<const uint8_t*>(job.w.data) + o * job.w.row_bytes;
       y[o] = static_cast<float>(DotRow(job.w.type, wrow, *job.x, xr));
+    }
+  }
+}
+
+void MatMulDequantized(const Matrix& w, const float* x, int64_t n_rows, int64_t ldx, float* y,
+                       int64_t ldy) {
+  std::vector<float> row(static_cast<size_t>(w.n_in));
+  for (int64_t o = 0; o < w.n_out; ++o) {
+    DequantizeRow(w.type, static_cast<const uint8_t*>(w.data) + o * w.row_bytes, row.data(),
+                  w.n_in);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < w.n_in; ++k) acc += static_cast<double>(row[k]) * x[r * ldx + k];
+      y[r * ldy + o] = static_cast<float>(acc);
     }
   }
 }

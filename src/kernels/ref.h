@@ -34,6 +34,12 @@ double DotRow(GgmlType type, const void* w, const Activations& x, int64_t r);
 /// shape/format mismatch.
 void MatMul(const MatMulJob& job);
 
+/// y[r * ldy + o] = sum_k dequant(W[o])[k] * x[r * ldx + k], accumulated in double, for
+/// r < n_rows, o < w.n_out: the product with f32 activations (no activation quantization) that
+/// the GPU backend's float path computes. W rows dequantized with core's DequantizeRow.
+void MatMulDequantized(const Matrix& w, const float* x, int64_t n_rows, int64_t ldx, float* y,
+                       int64_t ldy);
+
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void L2Norm(float* x, int64_t n, float eps);
 void Softmax(float* x, int64_t n);
