@@ -130,6 +130,8 @@ class Device {
   bool subgroup_ok() const { return subgroup_ok_; }
   Reduction ResolveReduction(Reduction r) const;
 
+  /// Whether the validation layer (with synchronization validation) is active.
+  bool validation_enabled() const { return validation_ != nullptr; }
   /// Count and text of the validation messages seen so far (validation mode only).
   size_t validation_message_count() const;
   std::vector<std::string> TakeValidationMessages();

@@ -319,11 +319,14 @@ void UploadGateUp(MemoryPool& pool, Uploader& up, DeviceMatrix& m, const void* g
                   const void* up_rows, std::string_view name) {
   Check(m.n_out % 2 == 0, "vulkan: {}: gate/up matrix needs an even n_out (2 x n_ff)", name);
   PlanPieces(pool, m, name);
+  Check(m.n_expert > 1 || m.pieces.size() == 1,
+        "vulkan: {}: a single gate/up matrix must fit one binding", name);
   const uint64_t half = m.expert_bytes() / 2;
   const auto* g = static_cast<const uint8_t*>(gate);
   const auto* u = static_cast<const uint8_t*>(up_rows);
   for (const DeviceMatrix::Piece& p : m.pieces) {
-    for (int64_t e = 0; e < p.count; ++e) {
+    const int64_t experts = m.n_expert > 1 ? p.count : 1;  // a plain matrix: pieces are rows
+    for (int64_t e = 0; e < experts; ++e) {
       const uint64_t src = static_cast<uint64_t>(p.first + e) * half;
       const uint64_t dst = static_cast<uint64_t>(e) * m.expert_bytes();
       up.Add(p.view.Sub(dst, half), g + src, half);

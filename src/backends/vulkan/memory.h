@@ -130,6 +130,15 @@ struct DeviceMatrix {
   int64_t n_out = 0;
   int64_t n_expert = 1;
   uint64_t row_bytes = 0;
+  /// A matrix of this shape, not yet uploaded (UploadMatrix / UploadGateUp fill the rest).
+  static DeviceMatrix Of(GgmlType type, int64_t n_in, int64_t n_out, int64_t n_expert = 1) {
+    DeviceMatrix m;
+    m.type = type;
+    m.n_in = n_in;
+    m.n_out = n_out;
+    m.n_expert = n_expert;
+    return m;
+  }
   uint64_t expert_bytes() const { return row_bytes * static_cast<uint64_t>(n_out); }
   std::vector<Piece> pieces;
   uint64_t bytes() const { return expert_bytes() * static_cast<uint64_t>(n_expert); }

@@ -127,6 +127,22 @@ TEST_F(VulkanRuntime, BarriersOnlyOnHazardsAndReplayReadsNewInputs) {
   }
 }
 
+// The safety net itself: two writes to one range with no barrier between them, recorded
+// behind the tracker's back, must be reported by synchronization validation.
+TEST_F(VulkanRuntime, SynchronizationValidationReportsAMissingBarrier) {
+  if (!dev().validation_enabled()) GTEST_SKIP() << "validation layer off";
+  BufferView b = pool().Allocate(4096, "b");
+  const PathConfig c = ReductionConfigs().back();
+  Run(c, [&](CommandList& l) {
+    vkCmdFillBuffer(l.handle(), b.buffer, b.offset, 4096, 1);
+    vkCmdFillBuffer(l.handle(), b.buffer, b.offset, 4096, 2);
+  });
+  const std::vector<std::string> msgs = dev().TakeValidationMessages();
+  bool hazard = false;
+  for (const std::string& m : msgs) hazard = hazard || m.find("SYNC-HAZARD") != std::string::npos;
+  EXPECT_TRUE(hazard) << msgs.size() << " messages, none a SYNC-HAZARD";
+}
+
 TEST_F(VulkanRuntime, OversizedBindingIsAClearError) {
   BufferView big = pool().Allocate(dev().max_binding_bytes() + 1024, "big");
   const PathConfig c = ReductionConfigs().back();
