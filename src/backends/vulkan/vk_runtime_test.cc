@@ -83,7 +83,15 @@ TEST_F(VulkanRuntime, UploadAndReadBackThroughPieces) {
   std::vector<uint8_t> data(*RowBytes(m.type, m.n_in) * m.n_out * m.n_expert);
   std::iota(data.begin(), data.end(), 0);
   UploadMatrix(pool(), uploader(), m, data.data(), "stack");
-  uploader().Run();
+  uint64_t last = 0, calls = 0;
+  uploader().Run([&](uint64_t done, uint64_t total) {
+    EXPECT_EQ(total, data.size());
+    EXPECT_GE(done, last);  // progress only grows
+    last = done;
+    ++calls;
+  });
+  EXPECT_EQ(last, data.size());
+  EXPECT_GE(calls, m.pieces.size());
   ASSERT_GT(m.pieces.size(), 1u);
   int64_t next = 0;
   for (const DeviceMatrix::Piece& p : m.pieces) {
