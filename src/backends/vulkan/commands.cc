@@ -72,6 +72,9 @@ uint32_t CommandList::WorkgroupSize(uint32_t preferred) const {
 
 void CommandList::Begin(BufferView params, const OpConfig& config) {
   Check(!recording_, "vulkan: CommandList::Begin while recording");
+  Check(!params.valid() || params.offset % device_.info().min_storage_align == 0,
+        "vulkan: the parameter buffer must start at a {}-byte aligned offset",
+        device_.info().min_storage_align);
   params_ = params;
   config_ = config;
   reduction_ = device_.ResolveReduction(config.reduction);

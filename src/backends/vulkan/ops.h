@@ -5,7 +5,7 @@
 // rollback) are DynInt slots of the parameter buffer. Unless stated otherwise: activations are
 // f32, "ld" strides are in elements of the buffer's type, views must be large enough for the
 // shapes (checked; crossword::Error names the op and the view), and nothing allocates except
-// descriptor sets at record time. Formulas: kernels/kernels.h (the network: docs/model.md),
+// descriptor sets at record time. Formulas: kernels/kernels.h and the CPU forward pass (src/model),
 // whose scalar twins (kernels/ref.h) the tests compare against. Reduction paths, tolerances and
 // buffer layouts: docs/gpu.md.
 #pragma once
@@ -112,7 +112,7 @@ struct MatMulArgs {
 void MatMul(CommandList& cl, const MatMulArgs& a);
 
 // ---------------------------------------------------------------------------------------------
-// Mixture of experts (docs/model.md; kernels::TopKSoftmax and model MoeLayer).
+// Mixture of experts (kernels::TopKSoftmax and the CPU forward pass's MoE layer).
 
 /// Router tail: per token, softmax over n_expert logits, the k largest (ties: lower id),
 /// weights renormalized p / max(sum, 6.103515625e-5). ids, weights: [t*k + j]. n_expert <= 1024.
@@ -227,8 +227,8 @@ void ConvStateRollback(CommandList& cl, BufferView conv0, BufferView x_record, i
 /// to max_T (replays of a recorded pass run the same recording with another T). State
 /// [n_v_heads][dv][dk] f32 read from state_in and written to state_out (may be the same);
 /// state0_record (optional) receives state_in. q, k: k-head hk of token t at q[t*ldq + hk*dk];
-/// v: [t*ldv + hv*dv]; g, beta: [t*ldg + hv]; out: [t*ldo + hv*dv]. dk, dv <= 256, powers of
-/// two >= 8 not required but dk must be a multiple of `lanes`.
+/// v: [t*ldv + hv*dv]; g, beta: [t*ldg + hv]; out: [t*ldo + hv*dv]. dk, dv in [1, 256].
+/// Eight invocations share a state row (its dk entries in their registers for all T tokens).
 struct GdnArgs {
   DynInt T;
   int64_t max_T = 1;
