@@ -25,6 +25,20 @@ expect 2 "cannot open" run -m /nonexistent.gguf -p hi
 expect 2 "--modes must be ar, diffusion or spec (got 'bogus')" check --modes ar bogus
 expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
 expect 2 "draft-p-min must be in" run --mode spec --draft-p-min 1.5 -p hi
+# Structured output: a bad grammar or schema fails before the model loads, naming the problem;
+# a good one constrains the answer.
+gdir=$(mktemp -d)
+printf 'root ::= "a" (\n' >"$gdir/bad.gbnf"
+printf '{"type": "object", "properties": {"x": {"not": {}}}}' >"$gdir/bad.json"
+printf 'root ::= ("yes" | "no") "."\n' >"$gdir/yn.gbnf"
+printf '{"type": "array", "items": {"enum": ["north", "south"]}, "minItems": 2, "maxItems": 2}' >"$gdir/dirs.json"
+expect 2 "expected ')' to close the group at line 1" run -p hi --grammar-file "$gdir/bad.gbnf" --log-level info
+expect 2 "keyword 'not' is not supported" run -p hi --json-schema "$gdir/bad.json"
+expect 2 "cannot read grammar file" run -p hi --grammar-file "$gdir/none.gbnf"
+expect 2 "excludes" run -p hi --grammar-file "$gdir/yn.gbnf" --json-schema "$gdir/dirs.json"
+expect 0 '^\(yes\|no\)\.$' run -p "Is it raining?" --grammar-file "$gdir/yn.gbnf" --log-level warn
+expect 0 '^\["\(north\|south\)","\(north\|south\)"\]$' run --chat --no-think -p "Which ways?" --json-schema "$gdir/dirs.json" --mode diffusion --log-level warn
+rm -rf "$gdir"
 # serve checks its flags before binding the port: exit 2 and no "listening" line.
 expect_serve() {  # expect_serve PATTERN ARGS...
   local pattern=$1

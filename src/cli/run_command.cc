@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "grammar/json_schema.h"
 
 namespace crossword::cli {
 namespace {
@@ -17,12 +18,13 @@ struct RunFlags {
   ModelFlags model;
   DecodeFlags decode;
   std::string prompt, file, system;
+  std::string grammar_file, json_schema_file;
   bool chat = false, no_think = false, stats = false;
 };
 
-std::string ReadFile(const std::string& path) {
+std::string ReadFile(const std::string& path, const char* what = "prompt") {
   std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("cannot read prompt file '{}'", path);
+  if (!in) Fail("cannot read {} file '{}'", what, path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -34,6 +36,14 @@ void Run(const RunFlags& f) {
   // A bad decoding flag fails before the model loads, as in serve: the flags over valid stand-ins
   // for the model's defaults (applied again over the real ones below).
   f.decode.Apply(decode::DecodeParams{});
+  // So does a bad grammar or schema: it is parsed (and a schema compiled) before the model loads.
+  std::string gbnf;
+  if (!f.grammar_file.empty()) {
+    gbnf = ReadFile(f.grammar_file, "grammar");
+    grammar::ParseGbnf(gbnf);
+  } else if (!f.json_schema_file.empty()) {
+    gbnf = grammar::JsonSchemaToGbnf(std::string_view(ReadFile(f.json_schema_file, "schema")));
+  }
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const Logger& log = engine->logger();
   decode::DecodeParams params = f.decode.Apply(engine->DefaultDecodeParams());
@@ -52,6 +62,14 @@ void Run(const RunFlags& f) {
     prompt = engine->tokenizer().Encode(text, /*parse_special=*/false);
     if (prompt.empty()) Fail("the prompt encodes to no tokens");
     params.think_open = engine->ThinkOpen(prompt);
+  }
+  if (!gbnf.empty()) {
+    grammar::GrammarLimits limits;  // a generated grammar may be larger and nest deeper
+    if (!f.json_schema_file.empty()) {
+      limits.max_text_bytes = grammar::JsonSchemaOptions{}.max_grammar_bytes;
+      limits.max_nesting = 256;
+    }
+    params.grammar = engine->CompileGrammar(gbnf, params.think_open, limits);
   }
   const int64_t n_ctx =
       std::min<int64_t>(f.model.n_ctx, static_cast<int64_t>(prompt.size()) + params.max_tokens);
@@ -122,6 +140,11 @@ void Run(const RunFlags& f) {
                  static_cast<long long>(st.denoise_passes),
                  static_cast<long long>(st.commit_passes), st.tokens_per_pass());
     auto ms = [](double s, int64_t n) { return n > 0 ? 1000.0 * s / n : 0.0; };
+    if (params.grammar) {
+      std::fprintf(stderr, "crossword: grammar: %lld masks, %.3f ms per mask\n",
+                   static_cast<long long>(st.grammar_masks),
+                   ms(st.grammar_seconds, st.grammar_masks));
+    }
     std::fprintf(
         stderr,
         "crossword: ms per pass: prefill %.2f, ar %.2f, denoise/draft %.2f, commit/verify %.2f\n",
@@ -155,6 +178,12 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_flag("--chat", flags->chat, "wrap the prompt in the model's chat template");
   cmd->add_option("--system", flags->system, "system message (with --chat)");
   cmd->add_flag("--no-think", flags->no_think, "render the template with enable_thinking = false");
+  auto* g = cmd->add_option("--grammar-file", flags->grammar_file,
+                            "constrain the answer to a GBNF grammar (llama.cpp's syntax)");
+  auto* j = cmd->add_option("--json-schema", flags->json_schema_file,
+                            "constrain the answer to JSON valid under the JSON Schema in this file "
+                            "(docs/structured-output.md: the supported subset)");
+  g->excludes(j);
   cmd->add_flag("--stats", flags->stats,
                 "print forward passes, tokens per pass, acceptance, time per pass type");
   cmd->callback([flags] { Run(*flags); });

@@ -146,6 +146,16 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
   masked_.reserve(params_.block_size);
   stats_.accepted_hist.assign(params_.block_size, 0);
   draft_dist_.resize(params_.mode == Mode::kSpec ? params_.block_size : 0);
+  if (params_.grammar) {
+    if (params_.eog_ids.empty()) {
+      Fail(
+          "a grammar needs the end-of-generation tokens to end the answer (ignore_eos cannot be "
+          "combined with a grammar)");
+    }
+    const bool gated = params_.think_open && params_.think_end_id >= 0;
+    constraint_ =
+        std::make_unique<GrammarConstraint>(params_.grammar, gated ? params_.think_end_id : -1);
+  }
   start_ = Clock::now();
 }
 
@@ -157,11 +167,15 @@ void Generation::Finish(FinishReason reason) {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
   finish_ = reason;
+  if (auto* g = dynamic_cast<GrammarConstraint*>(constraint_.get())) {
+    stats_.grammar_masks = g->masks();
+    stats_.grammar_seconds = g->mask_seconds();
+  }
 }
 
 void Generation::Cancel() { Finish(FinishReason::kCancelled); }
 
-std::span<float> Generation::Processed(std::span<const float> row, int64_t t) {
+std::span<float> Generation::Processed(std::span<const float> row, int64_t t, TokenConstraint* c) {
   std::copy(row.begin(), row.end(), row_.begin());
   std::span<float> p(row_);
   ApplyPenalties(params_.sampling, history_, p);
@@ -172,11 +186,12 @@ std::span<float> Generation::Processed(std::span<const float> row, int64_t t) {
       p[params_.think_end_id] += params_.think_end_bias.At(t);
     }
   }
+  if (c) c->Mask(p);
   return p;
 }
 
 int32_t Generation::Choose(std::span<const float> row, int64_t t) {
-  return sampler_.Sample(Processed(row, t));
+  return sampler_.Sample(Processed(row, t, constraint_.get()));
 }
 
 bool Generation::Emit(int32_t token) {
@@ -184,6 +199,10 @@ bool Generation::Emit(int32_t token) {
   if (IsEog(token)) {
     Finish(FinishReason::kStop);
     return false;
+  }
+  // Every emitted token came from a row the constraint masked at this very position.
+  if (constraint_ && !constraint_->Accept(token)) {
+    Fail("generation: internal error: token {} is not allowed by the grammar here", token);
   }
   if (output_.empty())
     stats_.first_token_seconds = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -324,6 +343,10 @@ void Generation::StartBlock(int32_t seed) {
 }
 
 void Generation::OnDenoise(std::span<const float> logits) {
+  if (constraint_) {
+    OnDenoiseConstrained(logits);
+    return;
+  }
   const int64_t B = block_len_;
   const int64_t gen0 = stats_.generated - block_emitted_;  // generated before this block
   int64_t best_slot = -1;
@@ -333,7 +356,7 @@ void Generation::OnDenoise(std::span<const float> logits) {
   std::array<std::pair<int32_t, float>, 256> cand{};
   for (int64_t j = 1; j < B; ++j) {
     if (!masked_[j]) continue;
-    std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j);
+    std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j, nullptr);
     int32_t tok;
     if (params_.sampling.greedy()) {
       tok = Sampler::ArgMax(p, params_.mask_id);
@@ -369,13 +392,46 @@ void Generation::OnDenoise(std::span<const float> logits) {
   if (block_emitted_ == B) phase_ = Phase::kCommit;
 }
 
+// Constrained LowConfidence (docs/decoding.md): a slot commits only when every slot before it
+// is committed and the grammar accepts it, so the leading masked slots commit in order: each
+// one's candidate comes from its row masked at the grammar state after the slots before it, and
+// the run stops at the first candidate whose confidence (its probability under the masked row)
+// is below the threshold; the first masked slot of a pass always commits. Committed slots are
+// emitted at once, which advances the grammar.
+void Generation::OnDenoiseConstrained(std::span<const float> logits) {
+  const int64_t B = block_len_;
+  const int64_t gen0 = stats_.generated - block_emitted_;  // generated before this block
+  const int64_t first = block_emitted_;                    // every slot before it is emitted
+  for (int64_t j = first; j < B; ++j) {
+    std::span<float> p =
+        Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j, constraint_.get());
+    p[params_.mask_id] = -std::numeric_limits<float>::infinity();
+    const int32_t tok =
+        params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : sampler_.Sample(p);
+    if (j > first && SoftmaxProb(p, tok) < params_.threshold) break;
+    block_[j] = tok;
+    masked_[j] = 0;
+    if (!Emit(tok)) return;
+    ++block_emitted_;
+  }
+  if (block_emitted_ == B) phase_ = Phase::kCommit;
+}
+
 void Generation::OnDraft(std::span<const float> logits) {
   const int64_t B = block_len_;
   const int64_t gen0 = stats_.generated - 1;  // the seed is emitted already
   verify_len_ = B;
   const bool cut = params_.draft_p_min > 0.0f;
+  // Under a grammar the draft is checked along the way: each slot's row is masked at the state
+  // after the drafts before it (accepted tentatively, undone below).
+  TokenConstraint* c = constraint_.get();
+  size_t tentative = 0;
   for (int64_t j = 1; j < B; ++j) {
-    std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j);
+    if (c && c->Terminated()) {  // the grammar ended with the previous draft (an EOG)
+      verify_len_ = j;
+      break;
+    }
+    std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j, c);
     // Sampled drafts without a cut need no argmax.
     const int32_t top = cut || params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : -1;
     // The draft ends before its first unsure slot: later slots are rarely accepted, and every
@@ -390,19 +446,27 @@ void Generation::OnDraft(std::span<const float> logits) {
       p[params_.mask_id] = -std::numeric_limits<float>::infinity();
       auto q = sampler_.Probabilities(p);
       draft_dist_[j].assign(q.begin(), q.end());
-      const float u = sampler_.Uniform();
-      float acc = 0.0f;
-      block_[j] = q.back().first;
-      for (const auto& [tok, prob] : q) {
-        acc += prob;
-        if (u < acc) {
-          block_[j] = tok;
-          break;
-        }
+      block_[j] = Draw(q, sampler_.Uniform());
+    }
+    if (c) {
+      if (!c->Accept(block_[j])) {  // only when no token at all is allowed (cannot happen)
+        verify_len_ = j;
+        break;
       }
+      ++tentative;
     }
   }
+  if (c) c->Rollback(tentative);
   phase_ = Phase::kVerify;
+}
+
+bool Generation::EmitDraft(int32_t token, int64_t& accepted) {
+  if (Emit(token)) {
+    ++accepted;
+    return true;
+  }
+  if (phase_ == Phase::kDone && finish_ != FinishReason::kStop) ++accepted;  // emitted, then ended
+  return false;
 }
 
 namespace {
@@ -414,80 +478,61 @@ float ProbOf(std::span<const std::pair<int32_t, float>> dist, int32_t token) {
 }
 }  // namespace
 
-void Generation::OnVerify(std::span<const float> logits, ThreadPool& pool) {
-  const int64_t B = verify_len_;
+// Greedy: the AR choice of each verify row (masked at the emitted prefix, which follows the
+// draft as long as drafts are accepted); accept while the draft matches it.
+int32_t Generation::VerifyGreedy(std::span<const float> logits, int64_t& accepted) {
+  const int64_t V = verify_len_;
   const int64_t gen0 = stats_.generated - 1;  // index of the seed among generated tokens
-  int64_t accepted = 0;
-  int32_t bonus = -1;
-  bool ended = false;
-  std::vector<std::pair<int32_t, float>>& p_dist =
-      draft_dist_.empty() ? draft_dist_.emplace_back() : draft_dist_[0];
-  for (int64_t i = 0; i < B; ++i) {
-    std::span<const float> row = logits.subspan(i * n_vocab_, n_vocab_);
-    const int64_t t = gen0 + i + 1;
-    if (params_.sampling.greedy()) {
-      const int32_t a = Choose(row, t);
-      if (i + 1 < B && block_[i + 1] == a) {
-        if (!Emit(a)) {
-          ended = true;
-          if (phase_ == Phase::kDone && finish_ != FinishReason::kStop)
-            ++accepted;  // emitted, then stopped
-          break;
-        }
-        ++accepted;
-        continue;
-      }
-      bonus = a;
-      break;
+  for (int64_t i = 0; i < V; ++i) {
+    const int32_t a = Choose(logits.subspan(i * n_vocab_, n_vocab_), gen0 + i + 1);
+    if (i + 1 < V && block_[i + 1] == a) {
+      if (!EmitDraft(a, accepted)) return -1;
+      continue;
     }
-    // Speculative sampling (Leviathan et al. 2023): accept d with prob min(1, p(d)/q(d)).
-    auto pd = sampler_.Probabilities(Processed(row, t));
-    p_dist.assign(pd.begin(), pd.end());
-    if (i + 1 < B) {
-      const int32_t d = block_[i + 1];
-      const float q = ProbOf(draft_dist_[i + 1], d);
-      const float p = ProbOf(p_dist, d);
-      if (q > 0.0f && sampler_.Uniform() < std::min(1.0f, p / q)) {
-        if (!Emit(d)) {
-          ended = true;
-          if (phase_ == Phase::kDone && finish_ != FinishReason::kStop) ++accepted;
-          break;
-        }
-        ++accepted;
-        continue;
-      }
-      // Rejected: draw from norm(max(0, p - q)).
-      double total = 0.0;
-      for (const auto& [tok, prob] : p_dist)
-        total += std::max(0.0f, prob - ProbOf(draft_dist_[i + 1], tok));
-      bonus = p_dist.front().first;
-      if (total > 0.0) {
-        const double u = sampler_.Uniform() * total;
-        double acc = 0.0;
-        for (const auto& [tok, prob] : p_dist) {
-          acc += std::max(0.0f, prob - ProbOf(draft_dist_[i + 1], tok));
-          if (u < acc) {
-            bonus = tok;
-            break;
-          }
-        }
-      }
-      break;
-    }
-    const double u = sampler_.Uniform();
-    double acc = 0.0;
-    bonus = p_dist.back().first;
-    for (const auto& [tok, prob] : p_dist) {
-      acc += prob;
-      if (u < acc) {
-        bonus = tok;
-        break;
-      }
-    }
+    return a;
   }
+  return -1;  // not reached: the last row always yields the bonus
+}
+
+// Speculative sampling (Leviathan et al. 2023): draft d is accepted with probability
+// min(1, p(d) / q(d)); the first rejection draws from norm(max(0, p - q)); all accepted: the
+// bonus is drawn from p. Under a grammar p and q are the masked distributions, so an
+// ungrammatical draft (p(d) = 0) ends the acceptance.
+int32_t Generation::VerifySampled(std::span<const float> logits, int64_t& accepted) {
+  const int64_t V = verify_len_;
+  const int64_t gen0 = stats_.generated - 1;
+  for (int64_t i = 0; i < V; ++i) {
+    auto pd = sampler_.Probabilities(
+        Processed(logits.subspan(i * n_vocab_, n_vocab_), gen0 + i + 1, constraint_.get()));
+    verify_dist_.assign(pd.begin(), pd.end());
+    if (i + 1 == V) return Draw(verify_dist_, sampler_.Uniform());
+    const int32_t d = block_[i + 1];
+    const std::vector<std::pair<int32_t, float>>& q = draft_dist_[i + 1];
+    const float qd = ProbOf(q, d), p = ProbOf(verify_dist_, d);
+    if (qd > 0.0f && sampler_.Uniform() < std::min(1.0f, p / qd)) {
+      if (!EmitDraft(d, accepted)) return -1;
+      continue;
+    }
+    residual_.clear();
+    double total = 0.0;
+    for (const auto& [tok, prob] : verify_dist_) {
+      const float w = std::max(0.0f, prob - ProbOf(q, tok));
+      residual_.emplace_back(tok, w);
+      total += w;
+    }
+    if (total <= 0.0) return verify_dist_.front().first;
+    return Draw(residual_, sampler_.Uniform() * total);
+  }
+  return -1;
+}
+
+void Generation::OnVerify(std::span<const float> logits, ThreadPool& pool) {
+  int64_t accepted = 0;
+  const int32_t bonus =
+      params_.sampling.greedy() ? VerifyGreedy(logits, accepted) : VerifySampled(logits, accepted);
   ++stats_.accepted_hist[std::min<int64_t>(accepted, params_.block_size - 1)];
   state_.RollbackTo(1 + accepted, pool);
-  if (ended || phase_ == Phase::kDone) return;
+  if (phase_ == Phase::kDone || bonus < 0) return;
   StartBlock(bonus);
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/constraint.h"
 #include "decode/sampling.h"
 #include "model/model.h"
 
@@ -63,6 +64,11 @@ struct DecodeParams {
   bool dllm_biases = false;
   RampBias length_bias{10.0f, 8192, 8192};
   RampBias think_end_bias{10.0f, 4096, 4096};
+  /// Structured output: every emitted token must keep the output a prefix of the grammar's
+  /// language, and the answer ends (EOG) only where the grammar can end. With think_open and
+  /// think_end_id >= 0 the grammar starts after `</think>` (the reasoning stays free text).
+  /// Null: unconstrained. In every mode (docs/decoding.md, "Constrained decoding").
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 enum class FinishReason : uint8_t { kNone, kStop, kLength, kCancelled };
@@ -105,6 +111,8 @@ struct DecodeStats {
   int64_t verify_rows = 0;             ///< spec: tokens of all verify passes (seed + drafts kept)
   double prefill_seconds = 0, ar_seconds = 0, denoise_seconds = 0, commit_seconds = 0;
   double first_token_seconds = 0;  ///< from Start() to the first emitted token
+  int64_t grammar_masks = 0;       ///< structured output: allowed-token masks computed
+  double grammar_seconds = 0;      ///< ... and the time they took
   int64_t forward_passes() const { return ar_passes + denoise_passes + commit_passes; }
   /// Tokens per forward pass after prefill (commit passes counted).
   double tokens_per_pass() const;
@@ -150,9 +158,12 @@ class Generation {
   enum class Phase : uint8_t { kPrefill, kAr, kDenoise, kCommit, kDraft, kVerify, kDone };
   using Clock = std::chrono::steady_clock;
 
-  // Picks the token after the position whose logits are `row`, given the generated history and
-  // the index `t` of the predicted token among generated ones. Greedy or sampled.
-  std::span<float> Processed(std::span<const float> row, int64_t t);
+  // The one logit-processing step: `row` with penalties and biases for the predicted token's
+  // index `t` among generated ones, then the constraint's mask at the slot's prefix (the
+  // constraint stands at that position; null: unconstrained). Returns scratch valid until the
+  // next call.
+  std::span<float> Processed(std::span<const float> row, int64_t t, TokenConstraint* c);
+  // Greedy or sampled choice from the processed row (the emitted prefix's constraint).
   int32_t Choose(std::span<const float> row, int64_t t);
   bool Emit(int32_t token);  // false when generation ended (EOG, length, sink)
   void StartBlock(int32_t seed);
@@ -160,8 +171,16 @@ class Generation {
   bool IsEog(int32_t token) const;
   void OnPrefill(std::span<const float> logits);
   void OnDenoise(std::span<const float> logits);
+  void OnDenoiseConstrained(std::span<const float> logits);
   void OnDraft(std::span<const float> logits);
   void OnVerify(std::span<const float> logits, ThreadPool& pool);
+  // Verification of one spec round: fills `accepted` (drafts emitted) and returns the bonus
+  // token (the next seed) or -1 when the generation ended.
+  int32_t VerifyGreedy(std::span<const float> logits, int64_t& accepted);
+  int32_t VerifySampled(std::span<const float> logits, int64_t& accepted);
+  // Emits an accepted draft; false when the generation ended, counting a draft that was
+  // emitted before the end (length, sink) as accepted.
+  bool EmitDraft(int32_t token, int64_t& accepted);
   void AccountPass(double seconds);
 
   const model::Model& model_;
@@ -181,10 +200,12 @@ class Generation {
   std::vector<uint8_t> masked_;  // diffusion: slot still masked
   int64_t block_emitted_ = 0;    // diffusion: leading slots already emitted
   int64_t block_len_ = 0;
-  int64_t verify_len_ = 0;      // spec: rows of the verify pass (seed + kept drafts)
-  std::vector<float> row_;      // processed logits scratch (n_vocab)
-  std::vector<float> draft_q_;  // spec sampling: draft probabilities of the draft tokens
+  int64_t verify_len_ = 0;  // spec: rows of the verify pass (seed + kept drafts)
+  std::vector<float> row_;  // processed logits scratch (n_vocab)
   std::vector<std::vector<std::pair<int32_t, float>>> draft_dist_;  // spec sampling: q per slot
+  std::vector<std::pair<int32_t, float>> verify_dist_;              // spec sampling: p of a row
+  std::vector<std::pair<int32_t, float>> residual_;                 // spec sampling: max(0, p - q)
+  std::unique_ptr<TokenConstraint> constraint_;  // structured output (params_.grammar)
   int64_t limit_ = 0;  // answer tokens at most: min(max_tokens, n_ctx - prompt)
   bool think_open_ = false;
   int32_t pending_ = -1;  // AR: token to feed next

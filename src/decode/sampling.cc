@@ -137,16 +137,18 @@ std::span<const std::pair<int32_t, float>> Sampler::Probabilities(std::span<cons
 
 float Sampler::Uniform() { return std::uniform_real_distribution<float>(0.0f, 1.0f)(rng_); }
 
-int32_t Sampler::Sample(std::span<const float> logits) {
-  if (params_.greedy()) return ArgMax(logits);
-  auto probs = Probabilities(logits);
-  const float u = Uniform();
-  float acc = 0.0f;
-  for (const auto& [tok, p] : probs) {
-    acc += p;
+int32_t Draw(std::span<const std::pair<int32_t, float>> dist, double u) {
+  double acc = 0.0;
+  for (const auto& [tok, w] : dist) {
+    acc += w;
     if (u < acc) return tok;
   }
-  return probs.back().first;
+  return dist.back().first;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits) {
+  if (params_.greedy()) return ArgMax(logits);
+  return Draw(Probabilities(logits), Uniform());
 }
 
 }  // namespace crossword::decode

@@ -92,4 +92,9 @@ class Sampler {
 /// Softmax probability of `token` in `logits` (full vocabulary, max-subtracted, in double).
 float SoftmaxProb(std::span<const float> logits, int32_t token);
 
+/// The categorical draw every sampled choice uses: the token of the first entry of `dist` whose
+/// cumulative weight exceeds `u`, for `u` uniform in [0, total weight) (weights need not sum to
+/// 1); the last entry when rounding leaves `u` past the total. `dist` must not be empty.
+int32_t Draw(std::span<const std::pair<int32_t, float>> dist, double u);
+
 }  // namespace crossword::decode

@@ -2,7 +2,9 @@
 // decoding defaults derived from the file; what `run`, `check`, `serve` and `bench` build on.
 #pragma once
 
+#include <list>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -14,6 +16,7 @@
 #include "chat/template.h"
 #include "core/thread_pool.h"
 #include "decode/generation.h"
+#include "grammar/matcher.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -85,6 +88,19 @@ class Engine {
   std::unique_ptr<model::SequenceState> NewState(int64_t n_ctx,
                                                  GgmlType kv_type = GgmlType::kF16) const;
 
+  /// The tokenizer's vocabulary as grammars see it (token bytes; CONTROL and UNUSED tokens never
+  /// allowed; the end-of-generation ids allowed where a grammar ends). Built on first use
+  /// (engine/structured.cc), then shared; thread-safe.
+  std::shared_ptr<const grammar::TokenVocabulary> GrammarVocabulary() const;
+  /// Compiles GBNF text for this model, cached by text (the last kGrammarCacheEntries), so a
+  /// repeated schema costs nothing and keeps its per-state token classes. With
+  /// `leading_whitespace`, up to 4 spaces or newlines may come first (an answer after the
+  /// reasoning's `</think>`). Thread-safe. Throws grammar::GrammarError (a 400 for a server).
+  std::shared_ptr<const grammar::CompiledGrammar> CompileGrammar(
+      const std::string& gbnf, bool leading_whitespace = false,
+      const grammar::GrammarLimits& limits = {}) const;
+  static constexpr size_t kGrammarCacheEntries = 32;
+
  private:
   Engine() = default;
   std::unique_ptr<model::Model> model_;
@@ -95,6 +111,11 @@ class Engine {
   double load_seconds_ = 0;
   std::string name_;
   std::vector<std::string> control_texts_;  // CONTROL token texts, longest first
+  mutable std::once_flag vocab_once_;
+  mutable std::shared_ptr<const grammar::TokenVocabulary> vocab_;
+  mutable std::mutex grammar_mu_;
+  mutable std::list<std::pair<std::string, std::shared_ptr<const grammar::CompiledGrammar>>>
+      grammar_cache_;  // most recently used first
 };
 
 /// Runs one generation to completion on `state` with a private forward context (single

@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "grammar/gbnf_text.h"
 #include "grammar/matcher.h"
 
 namespace crossword::grammar {
@@ -221,6 +222,40 @@ TEST(Matcher, RollbackForkAndForcedBytes) {
   EXPECT_FALSE(MaskTest(mask, eos));
   EXPECT_TRUE(MaskTest(mask, 'q'));
   EXPECT_FALSE(MaskTest(mask, open));
+}
+
+// Every string over a small alphabet: accepted exactly when it does not contain the word.
+TEST(GbnfText, NotContainingAgreesWithFind) {
+  auto vocab = ByteVocab();
+  for (const std::string word : {"<tool_call>", "\n</parameter>", "ab", "x", "<é>"}) {
+    auto g = CompileGbnf("root ::= " + GbnfNotContaining(word) + "\n", vocab);
+    std::string alphabet = word + "q<";
+    std::sort(alphabet.begin(), alphabet.end());
+    alphabet.erase(std::unique(alphabet.begin(), alphabet.end()), alphabet.end());
+    std::mt19937 rng(5);
+    for (int i = 0; i < 3000; ++i) {
+      std::string s;
+      const int len = static_cast<int>(rng() % 24);
+      for (int k = 0; k < len; ++k) {
+        // Mostly pieces of the word, so that near misses are common.
+        if (rng() % 3 == 0) {
+          const size_t a = rng() % word.size();
+          s += word.substr(a, 1 + rng() % (word.size() - a));
+        } else {
+          s.push_back(alphabet[rng() % alphabet.size()]);
+        }
+      }
+      if (!Matches(R"(root ::= .*
+)",
+                   s)) {
+        continue;  // a split UTF-8 character: not a string of characters
+      }
+      Matcher m(g);
+      const bool accepted = m.AcceptBytes(s) && m.CanEnd();
+      ASSERT_EQ(accepted, s.find(word) == std::string::npos) << word << " in '" << s << "'";
+    }
+  }
+  EXPECT_THROW(GbnfNotContaining("abca"), Error);  // the first character repeats
 }
 
 }  // namespace

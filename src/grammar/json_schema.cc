@@ -16,10 +16,10 @@ namespace crossword::grammar {
 namespace json_internal {
 namespace {
 
-// Depth and size of a parsed document, without recursion.
+// Depth, value count and text size of a parsed document, without recursion.
 void CheckDocument(const Json& doc, const JsonSchemaOptions& o) {
   std::vector<std::pair<const Json*, uint32_t>> stack{{&doc, 1}};
-  size_t nodes = 0;
+  size_t nodes = 0, bytes = 0;
   while (!stack.empty()) {
     auto [v, depth] = stack.back();
     stack.pop_back();
@@ -29,6 +29,14 @@ void CheckDocument(const Json& doc, const JsonSchemaOptions& o) {
     }
     if (depth > o.max_depth) {
       FailGrammar(ErrorKind::kTooLarge, "json schema: nested deeper than {} levels", o.max_depth);
+    }
+    bytes += v->is_string() ? v->get_ref<const std::string&>().size() + 2 : 8;
+    if (v->is_object()) {
+      for (auto it = v->begin(); it != v->end(); ++it) bytes += it.key().size() + 3;
+    }
+    if (bytes > o.max_schema_bytes) {
+      FailGrammar(ErrorKind::kTooLarge, "json schema: the schema is larger than {} bytes",
+                  o.max_schema_bytes);
     }
     if (v->is_structured()) {
       for (const Json& c : *v) stack.emplace_back(&c, depth + 1);
@@ -91,7 +99,7 @@ class SchemaCompiler {
   // Visits the root and then every referenced subschema (iteratively, so reference chains do
   // not deepen the stack). Returns the root expression.
   std::string Run() {
-    const std::string root = Visit(root_, "#");
+    const std::string root = o_.raw_string ? RawRoot() : Visit(root_, "#");
     while (!pending_.empty()) {
       auto [ref, name] = pending_.back();
       pending_.pop_back();
@@ -101,16 +109,43 @@ class SchemaCompiler {
     return root;
   }
 
+  // A raw string (JsonSchemaOptions::raw_string): enum/const values or a constrained string.
+  std::string RawRoot() {
+    if (root_.is_boolean())
+      return root_.get<bool>() ? CharRule(rules_, true) + "*" : std::string(kNothing);
+    CheckKeywords(root_, "#", true);
+    const Json s = Flatten(root_, root_, "#", draft_);
+    if (s.contains("anyOf") || s.contains("oneOf")) {
+      FailGrammar(ErrorKind::kUnsupported,
+                  "json schema: #: anyOf/oneOf in a value written as plain text is not supported");
+    }
+    if (s.contains("enum")) {
+      std::vector<std::string> alts;
+      for (const Json& v : s["enum"]) {
+        if (v.is_string()) alts.push_back(GbnfLiteral(v.get<std::string>()));
+      }
+      return Alternation(alts);
+    }
+    if (s.contains("type") && !Types(s, "#").count("string")) {
+      FailGrammar(ErrorKind::kUnsupported,
+                  "json schema: #: a value written as plain text must be a string");
+    }
+    return String(s, "#", /*raw=*/true);
+  }
+
   std::string AnyValue() {
     const std::string chr = CharRule(rules_);
     const std::string str = rules_.Shared("j--string", "\"\\\"\" " + chr + "* \"\\\"\"");
     const std::string num = NumberGbnf(Json(), false, Json(), false, false, rules_);
-    rules_.Shared("j--value", "j--object | j--array | " + str + " | " + num +
+    const std::string value = rules_.Name("j--value"), object = rules_.Name("j--object"),
+                      array = rules_.Name("j--array");
+    rules_.Shared("j--value", object + " | " + array + " | " + str + " | " + num +
                                   " | \"true\" | \"false\" | \"null\"");
-    rules_.Shared("j--object", Open("{") + " (" + str + Colon() + " j--value (" + Comma() + " " +
-                                   str + Colon() + " j--value)*)? " + Close("}"));
-    rules_.Shared("j--array", Open("[") + " (j--value (" + Comma() + " j--value)*)? " + Close("]"));
-    return "j--value";
+    rules_.Shared("j--object", Open("{") + " (" + str + Colon() + " " + value + " (" + Comma() +
+                                   " " + str + Colon() + " " + value + ")*)? " + Close("}"));
+    rules_.Shared("j--array",
+                  Open("[") + " (" + value + " (" + Comma() + " " + value + ")*)? " + Close("]"));
+    return value;
   }
 
  private:
@@ -307,7 +342,9 @@ class SchemaCompiler {
     return NumberGbnf(lo, lo_ex, hi, hi_ex, integer, rules_);
   }
 
-  std::string String(const Json& s, const std::string& path) {
+  std::string String(const Json& s, const std::string& path, bool raw = false) {
+    const std::string quote = raw ? "" : "\"\\\"\" ";
+    const std::string unquote = raw ? "" : " \"\\\"\"";
     const uint64_t min = s.contains("minLength") ? Count(s, "minLength", path) : 0;
     const bool has_max = s.contains("maxLength");
     const uint64_t max = has_max ? Count(s, "maxLength", path) : 0;
@@ -327,10 +364,10 @@ class SchemaCompiler {
         if (!s["pattern"].is_string()) {
           FailGrammar(ErrorKind::kSyntax, "json schema: {}: pattern must be a string", path);
         }
-        return "\"\\\"\" " + RegexGbnf(s["pattern"].get<std::string>(), path, rules_) + " \"\\\"\"";
+        return quote + RegexGbnf(s["pattern"].get<std::string>(), path, rules_, raw) + unquote;
       }
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
-      const std::string body = FormatGbnf(f);
+      const std::string body = FormatGbnf(f, raw);
       if (body.empty()) {
         FailGrammar(ErrorKind::kUnsupported,
                     "json schema: {}: format '{}' is not supported (supported: date, time, "
@@ -338,7 +375,7 @@ class SchemaCompiler {
                     "relative-json-pointer)",
                     path, f);
       }
-      return "\"\\\"\" " + body + " \"\\\"\"";
+      return quote + body + unquote;
     }
     if (has_max && max < min) return std::string(kNothing);
     if (has_max && max > 10000) {
@@ -349,10 +386,11 @@ class SchemaCompiler {
       FailGrammar(ErrorKind::kTooLarge, "json schema: {}: minLength above 10000 is not supported",
                   path);
     }
-    const std::string chr = CharRule(rules_);
-    if (!lengths) return rules_.Shared("j--string", "\"\\\"\" " + chr + "* \"\\\"\"");
-    return "\"\\\"\" " + chr + "{" + std::to_string(min) +
-           (has_max ? (max == min ? "" : "," + std::to_string(max)) : ",") + "} \"\\\"\"";
+    const std::string chr = CharRule(rules_, raw);
+    if (!lengths && !raw) return rules_.Shared("j--string", "\"\\\"\" " + chr + "* \"\\\"\"");
+    if (!lengths) return chr + "*";
+    return quote + chr + "{" + std::to_string(min) +
+           (has_max ? (max == min ? "" : "," + std::to_string(max)) : ",") + "}" + unquote;
   }
 
   std::string Array(const Json& s, const std::string& path) {
@@ -594,7 +632,7 @@ using json_internal::Json;
 
 std::string JsonSchemaToGbnf(const Json& schema, const JsonSchemaOptions& options) {
   json_internal::CheckDocument(schema, options);
-  json_internal::Rules rules;
+  json_internal::Rules rules(options.rule_prefix);
   const int draft = json_internal::DraftOf(schema, options.default_draft);
   json_internal::SchemaCompiler c(schema, draft, options, rules);
   const std::string root = c.Run();

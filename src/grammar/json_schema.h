@@ -25,6 +25,13 @@ struct JsonSchemaOptions {
   uint32_t max_depth = 64;               ///< nesting of the schema document
   size_t max_schema_nodes = 100000;      ///< values in the schema document
   size_t max_grammar_bytes = 4 << 20;    ///< generated GBNF
+  /// Prepended to every rule name, the root's too ("<prefix>root"), so that several generated
+  /// grammars can live in one GBNF text.
+  std::string rule_prefix;
+  /// The schema describes a string written raw: no quotes, no escapes, any character but `<`
+  /// (a tool-call parameter value in Qwen's XML format). Only `enum`/`const` strings, `pattern`,
+  /// `format`, `minLength` and `maxLength` apply; other types are refused.
+  bool raw_string = false;
 };
 
 /// The GBNF grammar (start rule `root`) of the schema text. Throws GrammarError: kTooLarge

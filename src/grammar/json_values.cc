@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "base/utf8.h"
+#include "grammar/gbnf_text.h"
 #include "grammar/json_internal.h"
 #include "grammar/json_schema.h"
 
@@ -178,9 +179,10 @@ std::string Rules::Reserve(std::string_view hint) {
   }
   while (!base.empty() && base.back() == '-') base.pop_back();
   if (base.empty()) base = "r";
+  base = prefix_ + base;  // a hint never yields "--", which the shared names use
   std::string name = base;
   int& n = counters_[base];
-  while (rules_.count(name) || name == "root") name = base + "-" + std::to_string(++n);
+  while (rules_.count(name) || name == prefix_ + "root") name = base + "-" + std::to_string(++n);
   rules_[name];  // reserved
   return name;
 }
@@ -197,12 +199,13 @@ std::string Rules::Add(std::string_view hint, std::string body) {
 }
 
 std::string Rules::Shared(const std::string& name, const std::string& body) {
-  if (!rules_.count(name)) Define(name, body);
-  return name;
+  const std::string full = prefix_ + name;
+  if (!rules_.count(full)) Define(full, body);
+  return full;
 }
 
 std::string Rules::Text(const std::string& root_body) const {
-  std::string out = "root ::= " + root_body + "\n";
+  std::string out = prefix_ + "root ::= " + root_body + "\n";
   for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
   return out;
 }
@@ -241,16 +244,30 @@ std::string GbnfClassChar(char32_t cp) {
   return fmt::format("\\U{:08X}", static_cast<uint32_t>(cp));
 }
 
-std::string CharRule(Rules& rules) {
+std::string CharRule(Rules& rules, bool raw) {
+  if (raw) return rules.Shared("j--rchar", "[^<]");
   return rules.Shared(
       "j--char",
       R"([^"\\\x00-\x1F] | "\\" ( ["\\bfnrt] | "u00" ( "0" [0-7bef] | "1" [0-9a-f] ) ))");
 }
 
-std::string CodepointSetGbnf(const std::vector<std::pair<char32_t, char32_t>>& ranges) {
+std::string CodepointSetGbnf(const std::vector<std::pair<char32_t, char32_t>>& ranges, bool raw) {
   std::vector<std::pair<char32_t, char32_t>> r(ranges.begin(), ranges.end());
   std::sort(r.begin(), r.end());
   std::vector<std::string> alts;
+  if (raw) {  // the code points themselves, `<` excepted
+    std::string cls;
+    for (auto [a, b] : r) {
+      b = std::min<char32_t>(b, 0x10FFFF);
+      for (auto [lo, hi] : {std::pair<char32_t, char32_t>{a, std::min<char32_t>(b, '<' - 1)},
+                            std::pair<char32_t, char32_t>{std::max<char32_t>(a, '<' + 1), b}}) {
+        if (lo > hi) continue;
+        cls += GbnfClassChar(lo);
+        if (hi > lo) cls += "-" + GbnfClassChar(hi);
+      }
+    }
+    return cls.empty() ? std::string(kNothing) : "[" + cls + "]";
+  }
   std::string cls;
   auto add_raw = [&](char32_t a, char32_t b) {
     if (a > b) return;
@@ -604,7 +621,7 @@ std::string NumberGbnf(const Json& minimum, bool min_exclusive, const Json& maxi
   return parts.size() == 1 ? out : "(" + out + ")";
 }
 
-std::string FormatGbnf(std::string_view format) {
+std::string FormatGbnf(std::string_view format, bool raw) {
   static const std::string kDate =
       R"([0-9]{4} "-" ( ("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02-" ("0" [1-9] | [12] [0-9]) ))";
   static const std::string kTime =
@@ -627,8 +644,9 @@ std::string FormatGbnf(std::string_view format) {
     return R"(([A-Za-z0-9] ([A-Za-z0-9\-]{0,61} [A-Za-z0-9])? ("." [A-Za-z0-9] ([A-Za-z0-9\-]{0,61} [A-Za-z0-9])?)*))";
   }
   // RFC 6901: "/"-separated reference tokens; '~' only as ~0 or ~1.
-  const std::string pointer =
-      "(\"/\" (" + CodepointSetGbnf({{0, '.'}, {'0', '}'}, {0x7F, 0x10FFFF}}) + " | \"~\" [01])*)*";
+  const std::string pointer = "(\"/\" (" +
+                              CodepointSetGbnf({{0, '.'}, {'0', '}'}, {0x7F, 0x10FFFF}}, raw) +
+                              " | \"~\" [01])*)*";
   if (format == "json-pointer") return "(" + pointer + ")";
   if (format == "relative-json-pointer") {
     return "((\"0\" | [1-9] [0-9]*) (\"#\" | " + pointer + "))";
@@ -637,4 +655,46 @@ std::string FormatGbnf(std::string_view format) {
 }
 
 }  // namespace json_internal
+
+std::string GbnfLiteral(std::string_view text) { return json_internal::GbnfLiteral(text); }
+
+std::string GbnfNotContaining(std::string_view word) {
+  std::vector<char32_t> w;
+  for (size_t i = 0; i < word.size();) {
+    char32_t cp = 0;
+    const int n = DecodeUtf8At(word, i, cp);
+    Check(n > 0, "GbnfNotContaining: '{}' is not valid UTF-8", word);
+    w.push_back(cp);
+    i += static_cast<size_t>(n);
+  }
+  Check(!w.empty() && std::count(w.begin(), w.end(), w[0]) == 1,
+        "GbnfNotContaining: the first character of '{}' must occur once", word);
+  // States of the matching automaton: 0, or k >= 1 characters of `word` matched. Text returns
+  // to state 0 by a character other than w0 (A: after w0 and a proper prefix of the rest, a
+  // character that neither continues nor restarts), to state 1 by w0 (B), or ends (E).
+  const size_t n = w.size();
+  auto prefix = [&](size_t j) {
+    std::string s;
+    for (size_t k = 1; k <= j; ++k) AppendUtf8(w[k], s);
+    return s.empty() ? std::string() : json_internal::GbnfLiteral(s) + " ";
+  };
+  auto cls = [&](std::initializer_list<char32_t> except) {
+    std::string c = "[^";
+    for (char32_t x : except) c += json_internal::GbnfClassChar(x);
+    return c + "]";
+  };
+  std::string w0;
+  AppendUtf8(w[0], w0);
+  const std::string lead = json_internal::GbnfLiteral(w0);
+  if (n == 1) return "(" + cls({w[0]}) + ")*";
+  std::string a, b, e = "\"\"";
+  for (size_t j = 0; j + 1 < n; ++j) {
+    a += (j ? " | " : "") + prefix(j) + cls({w[0], w[j + 1]});
+    b += (j ? " | " : "") + prefix(j) + lead;
+    if (j > 0) e += " | " + prefix(j);
+  }
+  return "(" + cls({w[0]}) + " | " + lead + " (" + b + ")* (" + a + "))* (" + lead + " (" + b +
+         ")* (" + e + "))?";
+}
+
 }  // namespace crossword::grammar

@@ -42,8 +42,8 @@ const Ranges& Space() {  // ECMA-262 WhiteSpace and LineTerminator
 
 class RegexParser {
  public:
-  RegexParser(std::string_view p, std::string_view where, Rules& rules)
-      : p_(p), where_(where), rules_(rules) {}
+  RegexParser(std::string_view p, std::string_view where, Rules& rules, bool raw)
+      : p_(p), where_(where), rules_(rules), raw_(raw) {}
 
   std::string Run() {
     std::string out;
@@ -55,7 +55,7 @@ class RegexParser {
         ++pos_;
       }
       std::string seq = Sequence(0, &end_anchor);
-      const std::string any = CharRule(rules_) + "*";
+      const std::string any = CharRule(rules_, raw_) + "*";
       alts.push_back((start_anchor ? "" : any + " ") + "(" + seq + ")" +
                      (end_anchor ? "" : " " + any));
       if (pos_ >= p_.size()) break;
@@ -262,19 +262,19 @@ class RegexParser {
       ++pos_;
       return inner;
     }
-    if (c == '[') return CodepointSetGbnf(Class());
+    if (c == '[') return CodepointSetGbnf(Class(), raw_);
     if (c == '.') {
       ++pos_;
-      return CodepointSetGbnf(Complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
+      return CodepointSetGbnf(Complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}), raw_);
     }
     if (c == '\\') {
       ++pos_;
       if (AtEnd()) Error(ErrorKind::kSyntax, "trailing backslash");
-      return CodepointSetGbnf(Escape(false));
+      return CodepointSetGbnf(Escape(false), raw_);
     }
     if (c == '*' || c == '+' || c == '?') Error(ErrorKind::kSyntax, "nothing to repeat");
     const char32_t cp = Utf8Char();
-    return CodepointSetGbnf({{cp, cp}});
+    return CodepointSetGbnf({{cp, cp}}, raw_);
   }
 
   Ranges Class() {
@@ -325,16 +325,17 @@ class RegexParser {
   std::string_view p_;
   std::string_view where_;
   Rules& rules_;
+  bool raw_;
   size_t pos_ = 0;
 };
 
 }  // namespace
 
-std::string RegexGbnf(std::string_view pattern, std::string_view where, Rules& rules) {
+std::string RegexGbnf(std::string_view pattern, std::string_view where, Rules& rules, bool raw) {
   if (pattern.size() > 4096) {
     FailGrammar(ErrorKind::kTooLarge, "json schema: {}: pattern longer than 4096 bytes", where);
   }
-  return RegexParser(pattern, where, rules).Run();
+  return RegexParser(pattern, where, rules, raw).Run();
 }
 
 }  // namespace crossword::grammar::json_internal

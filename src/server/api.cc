@@ -6,6 +6,8 @@
 #include <limits>
 #include <random>
 
+#include "grammar/json_schema.h"
+
 namespace crossword::server {
 
 using json = nlohmann::ordered_json;
@@ -122,13 +124,95 @@ void CheckIgnoredFields(const json& body) {
   }
   if (const json* v = Field(body, "modalities"); v && !v->is_array())
     WrongType("modalities", "an array", *v);
-  if (const json* v = Field(body, "response_format")) {
-    const json* type = Field(Object(*v, "response_format"), "type");
+}
+
+// A schema's GBNF; a schema outside the subset is a 400 naming the keyword.
+std::string SchemaGrammar(const json& schema, const std::string& param) {
+  if (!schema.is_object() && !schema.is_boolean()) WrongType(param, "an object", schema);
+  try {
+    return grammar::JsonSchemaToGbnf(schema);
+  } catch (const grammar::GrammarError& e) {
+    BadRequest(param, e.what());
+  }
+}
+
+// response_format (OpenAI), json_schema and grammar (llama-server): at most one of them.
+void ParseStructuredFields(const json& body, GenerationRequest& r) {
+  const json* rf = Field(body, "response_format");
+  std::string rf_type = "text";
+  if (rf) {
+    const json* type = Field(Object(*rf, "response_format"), "type");
     if (!type) BadRequest("response_format.type", "'response_format.type' is required");
-    if (String(*type, "response_format.type") != "text") {
-      BadRequest("response_format",
-                 "response_format '" + type->get<std::string>() +
-                     "' is not supported (no constrained decoding yet); use \"text\"");
+    rf_type = String(*type, "response_format.type");
+  }
+  const json* js = Field(body, "json_schema");
+  const json* gr = Field(body, "grammar");
+  if ((rf_type != "text") + (js != nullptr) + (gr != nullptr) > 1) {
+    BadRequest(gr ? "grammar" : "json_schema",
+               "give at most one of response_format (json_object / json_schema), json_schema and "
+               "grammar");
+  }
+  if (rf_type == "json_object") {
+    r.grammar_param = "response_format";
+    // llama-server also takes a schema here.
+    r.grammar = rf->contains("schema") && !(*rf)["schema"].is_null()
+                    ? SchemaGrammar((*rf)["schema"], "response_format.schema")
+                    : grammar::JsonObjectGbnf();
+    r.grammar_generated = true;
+  } else if (rf_type == "json_schema") {
+    const json* spec = Field(*rf, "json_schema");
+    if (!spec)
+      BadRequest("response_format.json_schema", "'response_format.json_schema' is required");
+    Object(*spec, "response_format.json_schema");
+    if (const json* n = Field(*spec, "name")) String(*n, "response_format.json_schema.name");
+    // strict or not, the schema is enforced (docs/structured-output.md).
+    if (const json* st = Field(*spec, "strict")) Bool(*st, "response_format.json_schema.strict");
+    const json* schema = Field(*spec, "schema");
+    if (!schema) {
+      BadRequest("response_format.json_schema.schema",
+                 "'response_format.json_schema.schema' is required");
+    }
+    r.grammar_param = "response_format.json_schema.schema";
+    r.grammar = SchemaGrammar(*schema, r.grammar_param);
+    r.grammar_generated = true;
+  } else if (rf_type != "text") {
+    BadRequest(
+        "response_format.type",
+        "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\" (got \"" +
+            rf_type + "\")");
+  }
+  if (js) {
+    r.grammar_param = "json_schema";
+    r.grammar = SchemaGrammar(*js, "json_schema");
+    r.grammar_generated = true;
+  }
+  if (gr) {
+    r.grammar_param = "grammar";
+    r.grammar = String(*gr, "grammar");
+    try {
+      grammar::ParseGbnf(r.grammar);  // syntax, undefined rules, limits: a 400 now
+    } catch (const grammar::GrammarError& e) {
+      BadRequest("grammar", e.what());
+    }
+  }
+}
+
+// Nesting and size of a JSON value from the request, checked without recursion before anything
+// recursive (template rendering, schema compilation) touches it.
+void CheckDepth(const json& v, const std::string& param) {
+  const grammar::JsonSchemaOptions limits;
+  std::vector<std::pair<const json*, uint32_t>> stack{{&v, 1}};
+  size_t n = 0;
+  while (!stack.empty()) {
+    auto [x, depth] = stack.back();
+    stack.pop_back();
+    if (depth > limits.max_depth || ++n > limits.max_schema_nodes) {
+      BadRequest(param, "'" + param + "' is nested deeper than " +
+                            std::to_string(limits.max_depth) + " levels or has more than " +
+                            std::to_string(limits.max_schema_nodes) + " values");
+    }
+    if (x->is_structured()) {
+      for (const json& c : *x) stack.emplace_back(&c, depth + 1);
     }
   }
 }
@@ -258,6 +342,7 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
       BadRequest("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (r.logprobs >= 0) r.logprobs = n;
   }
+  ParseStructuredFields(body, r);
   // Decoding mode: the "crossword" extension object, or the same keys at the top level.
   ApplyDecodingExtension(body, "", p);
   if (const json* v = Field(body, "crossword"))
@@ -314,6 +399,7 @@ json NormalizeToolCall(const json& call, const std::string& param) {
     }
     if (!args.is_object())
       BadRequest(param + ".function.arguments", "tool call arguments must be a JSON object");
+    CheckDepth(args, param + ".function.arguments");
   }
   f["arguments"] = args;
   out["function"] = f;
@@ -375,7 +461,9 @@ json ValidateTools(const json& tools) {
       BadRequest(pt + ".function.name", "every tool needs a non-empty function name");
     }
     if (const json* d = Field(*fn, "description")) String(*d, pt + ".function.description");
-    if (const json* p = Field(*fn, "parameters")) Object(*p, pt + ".function.parameters");
+    if (const json* p = Field(*fn, "parameters")) {
+      CheckDepth(Object(*p, pt + ".function.parameters"), pt + ".function.parameters");
+    }
   }
   return tools;
 }

@@ -62,6 +62,12 @@ struct GenerationRequest {
   bool cache_prompt = true;    ///< false: no prompt-cache reuse (llama-server's field)
   int logprobs = -1;           ///< -1: off; else alternatives per token (chat top_logprobs,
                                ///< completions logprobs); AR mode only
+  /// Structured output asked for (response_format json_object / json_schema, llama-server's
+  /// `json_schema` or `grammar`) as GBNF text; empty: none. The schema was compiled and the
+  /// grammar parsed here, so a bad one is a 400 before anything runs.
+  std::string grammar;
+  std::string grammar_param;       ///< the field it came from, for errors
+  bool grammar_generated = false;  ///< from a schema (larger size limits apply)
 };
 
 /// A validated /v1/chat/completions request.
@@ -93,7 +99,7 @@ struct RequestDefaults {
 
 /// Validates a chat completion body (see docs/server.md for every field). Throws ApiError(400)
 /// naming the field on wrong types, out-of-range values, empty messages, n > 1, unsupported
-/// options (logprobs, response_format other than text).
+/// options, a schema outside the supported subset (naming the keyword), a malformed grammar.
 ChatRequest ParseChatRequest(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
 /// Validates a completion body (`prompt` as a string, a list of one string, token ids, or a list

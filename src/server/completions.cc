@@ -4,6 +4,8 @@
 #include <thread>
 
 #include "chat/template.h"
+#include "engine/structured.h"
+#include "grammar/json_schema.h"
 #include "server/server_impl.h"
 #include "server/socket_watch.h"
 
@@ -85,6 +87,23 @@ json LogprobsJson(bool chat, const std::vector<json>& entries) {
           {"text_offset", json::array()}};
 }
 
+// Compiles a request's grammar for the model; a grammar error is a 400 naming `param`.
+std::shared_ptr<const grammar::CompiledGrammar> CompileFor(const engine::Engine& engine,
+                                                           const std::string& gbnf,
+                                                           bool after_reasoning, bool generated,
+                                                           const std::string& param) {
+  grammar::GrammarLimits limits;
+  if (generated) {  // from a schema or the tools: larger and deeper than typed grammars
+    limits.max_text_bytes = grammar::JsonSchemaOptions{}.max_grammar_bytes;
+    limits.max_nesting = 256;
+  }
+  try {
+    return engine.CompileGrammar(gbnf, after_reasoning, limits);
+  } catch (const grammar::GrammarError& e) {
+    BadRequest(param, e.what());
+  }
+}
+
 }  // namespace
 
 void Server::Impl::HandleApplyTemplate(const httplib::Request& req, httplib::Response& res) {
@@ -157,6 +176,42 @@ void Server::Impl::HandleChat(const httplib::Request& req, httplib::Response& re
       job.force.tokens = std::move(ids);
     }
   }
+  // Structured output: the tool calls' grammar for a required / named choice (after the forced
+  // opening when there is one), the request's grammar or schema, or (tool_choice auto) tool
+  // calls limited to the declared tools; with thinking on, it starts after the reasoning.
+  const bool think = cp.think_open;
+  const bool calls_required =
+      r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
+  const std::string name = r.tool_choice == ToolChoice::kNamed ? r.tool_name : "";
+  try {
+    if (calls_required && !tools.empty()) {
+      const bool forced = !job.output.forced_prefix.empty() || job.force.armed;
+      const std::string gbnf =
+          engine::ToolCallGbnf(tools,
+                               !forced        ? engine::ToolGrammarMode::kRequired
+                               : name.empty() ? engine::ToolGrammarMode::kAfterFunctionOpen
+                                              : engine::ToolGrammarMode::kAfterNamedOpen,
+                               name, r.parallel_tool_calls);
+      if (job.force.armed) {
+        job.force.grammar = CompileFor(*engine, gbnf, false, true, "tools");
+      } else {
+        r.params.grammar = CompileFor(*engine, gbnf, think && !forced, true, "tools");
+      }
+    } else if (!r.grammar.empty()) {
+      r.params.grammar =
+          CompileFor(*engine, r.grammar, think, r.grammar_generated, r.grammar_param);
+    } else if (!tools.empty() && job.output.parse) {
+      r.params.grammar = CompileFor(
+          *engine,
+          engine::ToolCallGbnf(tools, engine::ToolGrammarMode::kAuto, "", r.parallel_tool_calls),
+          think, true, "tools");
+    }
+  } catch (const grammar::GrammarError& e) {
+    BadRequest("tools", e.what());  // a parameter schema outside the supported subset
+  }
+  if ((r.params.grammar || job.force.grammar) && r.params.eog_ids.empty()) {
+    BadRequest("ignore_eos", "ignore_eos cannot be combined with structured output");
+  }
   r.params.think_open = cp.think_open;
   if (options.log_prompts) job.prompt_text = cp.text + job.output.forced_prefix;
   job.gen = std::move(static_cast<GenerationRequest&>(r));
@@ -175,6 +230,13 @@ void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Respon
   job.output.stop = r.stop;
   job.output.parse = false;
   r.params.think_open = engine->ThinkOpen(job.prompt);
+  if (!r.grammar.empty()) {
+    r.params.grammar =
+        CompileFor(*engine, r.grammar, r.params.think_open, r.grammar_generated, r.grammar_param);
+    if (r.params.eog_ids.empty()) {
+      BadRequest("ignore_eos", "ignore_eos cannot be combined with structured output");
+    }
+  }
   if (options.log_prompts) job.prompt_text = r.tokens_given ? "(token ids)" : r.prompt;
   job.gen = std::move(static_cast<GenerationRequest&>(r));
   Generate(req, res, std::move(job));
@@ -221,6 +283,7 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
       ex->prompt.insert(ex->prompt.end(), ex->force.tokens.begin(), ex->force.tokens.end());
       ex->params.max_tokens -= static_cast<int64_t>(o.output.size() + ex->force.tokens.size());
       ex->params.think_open = false;
+      ex->params.grammar = ex->force.grammar;  // the call is constrained, the reasoning was not
       std::lock_guard lk(ex->mu);
       for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
       ex->scratch.clear();

@@ -48,6 +48,8 @@ struct Exchange {
     int32_t think_end = -1;
     std::string text;             // "\n\n<tool_call>\n<function=NAME>\n"
     std::vector<int32_t> tokens;  // its tokens
+    // The tool-call grammar of the continuation (the reasoning before it is free text).
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
   } force;
   std::vector<int32_t> prompt;  // prompt of the running part
   decode::DecodeParams params;  // its parameters

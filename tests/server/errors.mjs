@@ -60,7 +60,8 @@ check("wrong types and out-of-range values are a 400 naming the field", async ()
   // Known OpenAI fields crossword ignores are still type-checked; unknown fields are ignored.
   await expectError({ messages: m, user: 5 }, 400, "user");
   await expectError({ messages: m, metadata: [] }, 400, "metadata");
-  await expectError({ messages: m, response_format: { type: "json_schema" } }, 400, "response_format");
+  await expectError({ messages: m, response_format: { type: "json_schema" } }, 400, "response_format.json_schema");
+  await expectError({ messages: m, response_format: { type: "xml" } }, 400, "response_format.type");
   const r = await post(srv.base, "/v1/chat/completions", { ...ok, some_extension: { x: 1 } });
   assert.equal(r.status, 200);
 });
