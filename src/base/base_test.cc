@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/fp16.h"
+#include "base/json_gate.h"
 #include "base/mapped_file.h"
 #include "base/utf8.h"
 
@@ -127,6 +128,39 @@ TEST(Utf8, DecodeAgreesWithTable37AndRoundTrips) {
       }
     }
   }
+}
+
+TEST(JsonGate, DepthIsCountedOutsideStringsOnly) {
+  const JsonLimits lim{.max_depth = 3, .max_members = 100};
+  EXPECT_EQ(JsonLimitError(R"({"a": [[1]]})", lim), std::nullopt);
+  EXPECT_EQ(JsonLimitError(R"("[[[[[[")", lim), std::nullopt);
+  EXPECT_EQ(JsonLimitError(R"({"a\"[[[[": {"b": []}})", lim), std::nullopt);  // escaped quote
+  EXPECT_EQ(JsonLimitError(R"([[], [], [[]]])", lim), std::nullopt);          // siblings
+  const auto e = JsonLimitError(R"({"a": [[[1]]]})", lim);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(*e, "nested deeper than 3 levels (arrays/objects) at byte 8");
+}
+
+TEST(JsonGate, HostileDepthsAreCaughtWithoutRecursion) {
+  for (size_t depth : {1'000u, 40'000u, 200'000u, 5'000'000u}) {
+    std::string deep(depth, '[');
+    deep.append(depth, ']');
+    const auto e = JsonLimitError(deep);
+    ASSERT_TRUE(e.has_value()) << depth;
+    EXPECT_NE(e->find("deeper than 256 levels"), std::string::npos) << *e;
+  }
+  std::string ok(256, '[');
+  ok.append(256, ']');
+  EXPECT_EQ(JsonLimitError(ok), std::nullopt);
+}
+
+TEST(JsonGate, MemberCountIsBounded) {
+  const JsonLimits lim{.max_depth = 8, .max_members = 10};
+  EXPECT_EQ(JsonLimitError("[1,2,3,4,5,6,7,8,9]", lim), std::nullopt);
+  EXPECT_EQ(JsonLimitError(R"(["a,b,c,d,e,f,g,h,i,j,k,l"])", lim), std::nullopt);
+  const auto e = JsonLimitError("[1,2,3,4,5,6,7,8,9,10,11,12]", lim);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->find("more than 10 array elements"), std::string::npos) << *e;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/json_gate.h"
 #include "chat/tool_args_internal.h"
 
 namespace crossword::chat {
@@ -244,11 +245,16 @@ struct StreamParser::Impl {
     size_t close = buf.find(kCallClose);
     if (close == std::string::npos && !finishing) return false;
     std::string body = buf.substr(0, close == std::string::npos ? buf.size() : close);
-    Json call = Json::parse(Trim(body), nullptr, false);
+    // Model output is untrusted too: a deep bracket run would overflow a later dump().
+    const std::string text = Trim(body);
+    Json call =
+        JsonLimitError(text) ? Json(Json::value_t::discarded) : Json::parse(text, nullptr, false);
     if (call.is_object() && call.contains("name") && call["name"].is_string()) {
       StartCall(call["name"].get<std::string>());
       Json args = call.contains("arguments") ? call["arguments"] : Json::object();
-      if (args.is_string()) args = Json::parse(args.get<std::string>(), nullptr, false);
+      if (args.is_string() && !JsonLimitError(args.get_ref<const std::string&>())) {
+        args = Json::parse(args.get<std::string>(), nullptr, false);
+      }
       if (!args.is_object()) args = Json::object();
       result.tool_calls.back().arguments = args;
       EmitArgs(result.tool_calls.back().ArgumentsJson());

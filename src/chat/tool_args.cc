@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "base/json_gate.h"
 #include "base/utf8.h"
 #include "chat/output_parser.h"
 #include "chat/tool_args_internal.h"
@@ -334,7 +335,9 @@ Json TypeParameterValue(const std::string& raw, const Json* schema) {
     if (lower == "true" || lower == "false") return lower == "true";
     return SanitizeUtf8(raw);
   }
-  Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // Untrusted model output: too deep a value stays a string rather than a DOM a dump() recurses on.
+  Json parsed = JsonLimitError(text) ? Json(Json::value_t::discarded)
+                                     : Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_discarded()) return parsed;
   if (PyLiteral(text).Parse(&parsed)) return parsed;
   return SanitizeUtf8(raw);

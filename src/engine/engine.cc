@@ -66,14 +66,9 @@ namespace {
 constexpr std::string_view kMarkOpen = "\xEE\x80\x80";
 constexpr std::string_view kMarkClose = "\xEE\x80\x81";
 
-// Replaces control-token texts (and stray marker characters) in every string of `j` by markers.
-void Protect(nlohmann::ordered_json& j, const std::vector<std::string>& controls,
-             std::vector<std::string>& saved) {
-  if (j.is_object() || j.is_array()) {
-    for (auto& item : j) Protect(item, controls, saved);
-    return;
-  }
-  if (!j.is_string()) return;
+// Replaces control-token texts (and stray marker characters) in one string by markers.
+void ProtectString(nlohmann::ordered_json& j, const std::vector<std::string>& controls,
+                   std::vector<std::string>& saved) {
   const std::string& src = j.get_ref<const std::string&>();
   std::string out;
   bool changed = false;
@@ -104,6 +99,22 @@ void Protect(nlohmann::ordered_json& j, const std::vector<std::string>& controls
     changed = true;
   }
   if (changed) j = out;
+}
+
+// ProtectString on every string of `root`, walked with an explicit stack: request data reaches
+// here, and no walk over it may recurse (the body gate bounds depth too; this does not rely on it).
+void Protect(nlohmann::ordered_json& root, const std::vector<std::string>& controls,
+             std::vector<std::string>& saved) {
+  std::vector<nlohmann::ordered_json*> stack{&root};
+  while (!stack.empty()) {
+    nlohmann::ordered_json* j = stack.back();
+    stack.pop_back();
+    if (j->is_structured()) {
+      for (auto& item : *j) stack.push_back(&item);
+    } else if (j->is_string()) {
+      ProtectString(*j, controls, saved);
+    }
+  }
 }
 
 }  // namespace

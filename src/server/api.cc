@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "base/json_gate.h"
 #include "grammar/json_schema.h"
 
 namespace crossword::server {
@@ -25,6 +26,9 @@ json ErrorJson(const ApiError& e) {
 
 json ParseBody(std::string_view body) {
   if (body.empty()) BadRequest("", "the request body is empty; send a JSON object");
+  // The gate runs before the parser builds anything: no copy, merge or walk below ever sees a
+  // document deeper or larger than JsonLimits (issue 24: 40,000 levels overflowed the stack).
+  if (auto e = JsonLimitError(body)) BadRequest("", "the request body is " + *e);
   json j;
   try {
     j = json::parse(body.begin(), body.end());
@@ -388,9 +392,13 @@ json NormalizeToolCall(const json& call, const std::string& param) {
     if (a->is_string()) {
       // OpenAI sends arguments as JSON text; the template needs the object.
       const std::string& text = a->get_ref<const std::string&>();
+      if (auto e = JsonLimitError(text)) {
+        BadRequest(param + ".function.arguments",
+                   "'" + param + ".function.arguments' (JSON text) is " + *e);
+      }
       try {
         args = text.empty() ? json::object() : json::parse(text);
-      } catch (const json::parse_error&) {
+      } catch (const json::exception&) {
         BadRequest(param + ".function.arguments",
                    "'" + param + ".function.arguments' is not valid JSON");
       }

@@ -43,7 +43,9 @@ class ApiError : public Error {
 nlohmann::ordered_json ErrorJson(const ApiError& e);
 
 /// Parses a request body: must be a JSON object in UTF-8. Malformed JSON, truncated bodies,
-/// invalid UTF-8 and lone surrogates (\ud800 escapes without their pair) are a 400.
+/// invalid UTF-8 and lone surrogates (\ud800 escapes without their pair) are a 400, and so is a
+/// body beyond JsonLimits (base/json_gate.h: nesting over 256 levels, over 1,000,000 members),
+/// checked before parsing. Every route taking a JSON body parses it here.
 nlohmann::ordered_json ParseBody(std::string_view body);
 
 enum class ReasoningFormat : uint8_t { kDeepseek, kNone };
