@@ -5,7 +5,8 @@
 #
 # What it does, each step under its own time limit so the whole stays under 6 minutes:
 #   1. environment: finds the Vulkan loader; without one, unpacks a carried libvulkan1 .deb
-#      (CROSSWORD_VULKAN_DEB, or bench/deps/libvulkan1_*.deb) with dpkg -x into OUT_DIR and sets
+#      (CROSSWORD_VULKAN_DEB, or BUILD/deps/libvulkan1_*.deb: `apt-get download libvulkan1` on the
+#      build machine; likewise vulkan-validationlayers) with dpkg -x into OUT_DIR and sets
 #      LD_LIBRARY_PATH; points VK_ICD_FILENAMES at NVIDIA's ICD json (written next to the output
 #      when the driver ships libGLX_nvidia.so.0 but no json); records nvidia-smi.
 #   2. binaries: uses CROSSWORD_BUILD (default ./build) when it has them, else builds them with
@@ -60,7 +61,8 @@ ENV_NOTES=()
 have_loader() { ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' ||
   [[ -e /usr/lib/x86_64-linux-gnu/libvulkan.so.1 ]]; }
 if ! have_loader; then
-  DEB=${CROSSWORD_VULKAN_DEB:-$(ls "$ROOT"/bench/deps/libvulkan1_*.deb 2>/dev/null | head -1)}
+  DEB=${CROSSWORD_VULKAN_DEB:-$(ls "$BUILD"/deps/libvulkan1_*.deb "$ROOT"/bench/deps/libvulkan1_*.deb \
+    /var/cache/apt/archives/libvulkan1_*.deb 2>/dev/null | head -1)}
   if [[ -n "$DEB" && -f "$DEB" ]]; then
     mkdir -p "$OUT/vkroot"
     if command -v dpkg >/dev/null; then
@@ -98,8 +100,19 @@ if command -v nvidia-smi >/dev/null; then
     --format=csv,noheader 2>&1 | head -4)")
 fi
 if ! ls /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json >/dev/null 2>&1; then
-  export CROSSWORD_VK_NO_VALIDATION=1
-  ENV_NOTES+=("no validation layer installed: tests run without it")
+  # A carried vulkan-validationlayers .deb (apt-get download vulkan-validationlayers) works too.
+  VDEB=${CROSSWORD_VALIDATION_DEB:-$(ls "$BUILD"/deps/vulkan-validationlayers_*.deb \
+    /var/cache/apt/archives/vulkan-validationlayers_*.deb 2>/dev/null | head -1)}
+  if [[ -n "$VDEB" ]] && command -v dpkg >/dev/null; then
+    mkdir -p "$OUT/vkroot"
+    dpkg -x "$VDEB" "$OUT/vkroot"
+    export VK_LAYER_PATH=$OUT/vkroot/usr/share/vulkan/explicit_layer.d
+    export LD_LIBRARY_PATH="$OUT/vkroot/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    ENV_NOTES+=("validation layer unpacked from $VDEB")
+  else
+    export CROSSWORD_VK_NO_VALIDATION=1
+    ENV_NOTES+=("no validation layer installed: tests run without it")
+  fi
 fi
 
 # ---- 2. binaries ---------------------------------------------------------------------------
