@@ -15,8 +15,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "backends/vulkan/executor.h"
 #include "backends/vulkan/test_util.h"
@@ -311,6 +314,50 @@ TEST_F(VulkanExecutorTest, AModelThatDoesNotFitSaysWhatItNeedsAndWhichFlagHelps)
     EXPECT_NE(msg.find("-ngl"), std::string::npos) << msg;
     EXPECT_NE(msg.find(dev().info().name), std::string::npos) << msg;
   }
+}
+
+// The trained tiny model (models/clover-tiny.gguf, the one crossword embeds) answers the
+// golden prompts in AR mode on the GPU with exactly the CPU engine's committed greedy tokens
+// (tests/golden/clover_tiny_engine_answers.json: F16 KV, no penalties).
+TEST_F(VulkanExecutorTest, TinyModelAnswersTheGoldenPromptsAsTheCpuEngine) {
+  auto read = [](const std::string& name) {
+    std::ifstream in(std::string(CROSSWORD_SOURCE_DIR) + "/" + name);
+    EXPECT_TRUE(in.good()) << name;
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json g = read("tests/golden/clover_tiny_answers.json");
+  const nlohmann::json want = read("tests/golden/clover_tiny_engine_answers.json");
+  model::LoadOptions lo;
+  lo.logger = Logger::Silent();
+  lo.repack = false;
+  auto m = model::Model::Load(std::string(CROSSWORD_SOURCE_DIR) + "/models/clover-tiny.gguf", lo);
+  ExecutorOptions eo;
+  VulkanExecutor gpu(dev(), *m, eo);
+  size_t i = 0;
+  int compared = 0;
+  for (const nlohmann::json& run : g["runs"]) {
+    const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
+    for (const nlohmann::json& mode : run["modes"]) {
+      const nlohmann::json& w = want["runs"][i++];
+      if (mode["mode"].get<std::string>() != "ar") continue;
+      SCOPED_TRACE(run["question"].get<std::string>());
+      const auto tokens = w["tokens"].get<std::vector<int32_t>>();
+      model::StateOptions so;
+      so.n_ctx = static_cast<int64_t>(prompt.size() + tokens.size()) + 8;
+      auto st = gpu.NewState(so);
+      std::vector<int32_t> got;
+      DeviceInput in{st.get(), prompt, PassKind::kCausal, LogitRows::kLast, false};
+      gpu.Forward({&in, 1});
+      while (got.size() < tokens.size()) {
+        got.push_back(Argmax(gpu.logits(0)));
+        DeviceInput step{st.get(), {&got.back(), 1}, PassKind::kCausal, LogitRows::kLast, false};
+        gpu.Forward({&step, 1});
+      }
+      EXPECT_EQ(got, tokens) << "golden: " << w["text"];
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 8);
 }
 
 }  // namespace
