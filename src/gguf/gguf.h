@@ -304,6 +304,10 @@ class Writer {
 
   /// Checks every tensor is complete, flushes, fsyncs and closes. Throws on any failure.
   void Finish();
+  /// Instead of the data: writes the header and extends the file to its planned size, so every
+  /// tensor reads as zeros from a hole that takes no disk space (speed tests that generate the
+  /// weights on a device). Only before any tensor data. Closes the file.
+  void FinishSparse();
 
  private:
   struct PlannedTensor {

@@ -316,4 +316,17 @@ void Writer::Finish() {
   finished_ = true;
 }
 
+void Writer::FinishSparse() {
+  Check(!finished_ && current_ == 0 && current_done_ == 0,
+        "{}: FinishSparse after tensor data or Finish", path_);
+  WriteHeader();
+  Flush();
+  if (::ftruncate(fd_, static_cast<off_t>(PlannedFileSize())) != 0)
+    Fail("cannot extend '{}' to {} bytes: {}", path_, PlannedFileSize(), std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) Fail("cannot close '{}': {}", path_, std::strerror(errno));
+  finished_ = true;
+}
+
 }  // namespace crossword::gguf

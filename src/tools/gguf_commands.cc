@@ -55,6 +55,9 @@ void RegisterGgufCommands(CLI::App& app) {
   synth->add_option("--threads", so->threads, "Threads (default: all)");
   synth->add_option("-o,--output", so->output, "Output GGUF file (required unless --dry-run)");
   synth->add_flag("--dry-run", so->dry_run, "Plan the file and print its size; write nothing");
+  synth->add_flag("--sparse", so->sparse,
+                  "Write the header only: every tensor reads as zeros from a file hole (speed "
+                  "tests whose weights are generated on the GPU; no disk space)");
   synth->callback([so] {
     so->progress = ::isatty(STDERR_FILENO);
     const Logger log(LogLevel::kInfo);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <thread>
 
 #include "base/error.h"
@@ -412,7 +413,8 @@ SynthSummary Synthesize(const SynthOptions& o, const Logger& log) {
     constexpr int64_t kElemsPerTask = 1 << 18;
     constexpr uint64_t kBatchBytes = 32ull << 20;
     const uint64_t seed = Mix(o.seed);
-    for (const SynthTensor& t : plan) {
+    // A sparse file has no data to write: its tensors are one hole (FinishSparse).
+    for (const SynthTensor& t : std::span(plan).first(o.sparse ? 0 : plan.size())) {
       const int64_t row = t.ne[0];
       int64_t rows = 1;
       for (size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
@@ -450,7 +452,11 @@ SynthSummary Synthesize(const SynthOptions& o, const Logger& log) {
         }
       }
     }
-    w.Finish();
+    if (o.sparse) {
+      w.FinishSparse();
+    } else {
+      w.Finish();
+    }
     if (o.progress) std::fprintf(stderr, "\n");
   } catch (...) {
     if (!o.dry_run) ::unlink(tmp.c_str());  // never the /dev/null of a dry run

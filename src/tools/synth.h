@@ -61,6 +61,9 @@ struct SynthOptions {
   int threads = 0;        ///< 0: all hardware threads
   bool progress = false;  ///< redraw a progress line on stderr
   bool dry_run = false;   ///< plan everything and report the size, write nothing
+  /// Write the header only: every tensor is a hole of zeros (no disk space, no time), for speed
+  /// tests whose weights are generated on the device (bench/gpu_check.sh).
+  bool sparse = false;
 };
 
 /// One tensor of the plan: name, ggml shape, storage type.

@@ -305,6 +305,10 @@ void PlanPieces(MemoryPool& pool, DeviceMatrix& m, std::string_view name) {
 
 }  // namespace
 
+void AllocateMatrix(MemoryPool& pool, DeviceMatrix& m, std::string_view name) {
+  PlanPieces(pool, m, name);
+}
+
 void UploadMatrix(MemoryPool& pool, Uploader& up, DeviceMatrix& m, const void* data,
                   std::string_view name) {
   PlanPieces(pool, m, name);

@@ -153,6 +153,8 @@ bool SupportsMatrix(GgmlType type, int64_t n_in);
 /// Throws crossword::Error for an unsupported type/shape or an expert larger than a binding.
 void UploadMatrix(MemoryPool& pool, Uploader& up, DeviceMatrix& m, const void* data,
                   std::string_view name);
+/// Allocates `m`'s pieces without uploading anything (weights generated on the device).
+void AllocateMatrix(MemoryPool& pool, DeviceMatrix& m, std::string_view name);
 /// The fused gate/up form the MoE kernels read: per expert n_ff gate rows then n_ff up rows
 /// (n_out = 2 n_ff; llama.cpp's merged ffn_gate_up_exps has this layout). gate and up are two
 /// GGUF tensors of n_expert * n_ff rows of the same type.

@@ -312,4 +312,9 @@ void TopK(CommandList& cl, const TopKArgs& a);
 /// workgroup to out (sums, so the reads cannot be optimized away): read-bandwidth probe.
 void ReadProbe(CommandList& cl, BufferView src, BufferView out, uint32_t groups);
 
+/// Fills a weight view of `type` (F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K; whole blocks
+/// from its start) with hash noise from `seed`: small finite values (floats in [-0.05, 0.05),
+/// block scales in [2^-10, 2^-9)). For speed tests of models too large to carry as files.
+void SynthWeights(CommandList& cl, GgmlType type, BufferView v, uint32_t seed);
+
 }  // namespace crossword::vulkan

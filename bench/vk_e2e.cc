@@ -1,0 +1,207 @@
+// crossword-vk-e2e: end-to-end speed of the Vulkan executor (AR decode and prefill tok/s) on a
+// model file, or on a model synthesized as a sparse file whose weights are generated on the
+// device (--synth: any depth at Clover's real widths without a 20 GB file). JSON out.
+// Not part of make test. bench/gpu_check.sh runs it; docs/gpu.md has a lavapipe dry run.
+//
+//   crossword-vk-e2e --synth clover-35b-a3b --layers 40 --type Q4_0 --prompt 512 --decode 128
+//   crossword-vk-e2e --model m.gguf --prompt 128 --decode 64 --check-cpu 8
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "backends/vulkan/executor.h"
+#include "base/error.h"
+#include "tools/synth.h"
+
+namespace crossword::vulkan {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+int Argmax(std::span<const float> row) {
+  return static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"crossword-vk-e2e: AR decode and prefill speed of the Vulkan executor (JSON)"};
+  std::string model_path, synth_preset, type = "Q4_0", out_path, tmp_dir;
+  int layers = 0, device = -1, reps = 3, check_cpu = 0;
+  int64_t prompt = 256, decode = 64, pass_tokens = 32;
+  bool validation = false, real_weights = false;
+  app.add_option("--model", model_path, "a GGUF model file");
+  app.add_option("--synth", synth_preset,
+                 "synthesize a sparse model of this preset (clover-35b-a3b or tiny) and "
+                 "generate its weights on the device");
+  app.add_option("--layers", layers, "--synth: trunk layers (0: the preset's)");
+  app.add_option("--type", type, "--synth: F16, Q8_0, Q4_0 or Q4_K_M")->capture_default_str();
+  app.add_flag("--real-weights", real_weights,
+               "--synth: write the file with random weights (the synthesizer's) and read them "
+               "from it, instead of a sparse file and weights generated on the device");
+  app.add_option("--tmp", tmp_dir, "--synth: directory of the sparse file (default: temp dir)");
+  app.add_option("--prompt", prompt, "prefill tokens")->capture_default_str();
+  app.add_option("--decode", decode, "AR decode steps")->capture_default_str();
+  app.add_option("--pass-tokens", pass_tokens, "tokens per recorded pass (prefill chunk)")
+      ->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions (median)")->capture_default_str();
+  app.add_option("--device", device, "Vulkan device index (default: automatic)");
+  app.add_option("--check-cpu", check_cpu,
+                 "weights from the file: also decode this many greedy tokens on the CPU and "
+                 "compare");
+  app.add_flag("--validation", validation, "run under the Khronos validation layer");
+  app.add_option("--json", out_path, "write the JSON here instead of stdout");
+  CLI11_PARSE(app, argc, argv);
+  Check(model_path.empty() != synth_preset.empty(), "give exactly one of --model and --synth");
+
+  const auto t_start = Clock::now();
+  json doc = {{"tool", "crossword-vk-e2e"}};
+  std::string path = model_path;
+  if (!synth_preset.empty()) {
+    tools::SynthOptions so;
+    so.preset = synth_preset;
+    so.layers = layers;
+    so.type = type;
+    so.sparse = !real_weights;
+    const std::string dir =
+        tmp_dir.empty() ? std::filesystem::temp_directory_path().string() : tmp_dir;
+    path = dir + "/crossword-vk-e2e-" + synth_preset + "-" + type + ".gguf";
+    so.output = path;
+    const auto t0 = Clock::now();
+    const tools::SynthSummary s = tools::Synthesize(so, Logger::Silent());
+    doc["model"] = {{"synth", synth_preset},
+                    {"layers", layers},
+                    {"type", type},
+                    {"file_bytes", s.file_size},
+                    {"params", s.n_params},
+                    {"weights", real_weights ? "file" : "device"},
+                    {"synth_seconds", Since(t0)}};
+  } else {
+    doc["model"] = {{"path", model_path}};
+  }
+  model::LoadOptions lo;
+  lo.repack = false;
+  lo.logger = Logger(LogLevel::kWarn);
+  const auto t_load = Clock::now();
+  std::unique_ptr<model::Model> m = model::Model::Load(path, lo);
+  const model::Hparams& hp = m->hparams();
+  doc["model"]["n_layer"] = hp.n_layer;
+  doc["model"]["n_embd"] = hp.n_embd;
+  doc["model"]["n_vocab"] = hp.n_vocab;
+
+  DeviceOptions dopt;
+  dopt.index = device;
+  dopt.allow_cpu = true;
+  dopt.validation = validation;
+  dopt.logger = Logger(LogLevel::kInfo);
+  std::unique_ptr<Device> dev = Device::Open(dopt);
+  ExecutorOptions eo;
+  eo.max_tokens = pass_tokens;
+  eo.max_logit_rows = pass_tokens;
+  eo.generate_weights_seed = synth_preset.empty() || real_weights ? 0 : 1;
+  VulkanExecutor exec(*dev, *m, eo);
+  doc["load_seconds"] = Since(t_load);
+  doc["weight_bytes"] = exec.weight_bytes();
+  doc["device"] = {{"name", dev->info().name},
+                   {"driver", dev->info().driver_name + " " + dev->info().driver_info},
+                   {"device_local_bytes", dev->info().device_local_bytes}};
+
+  model::StateOptions so;
+  so.n_ctx = prompt + decode + 8;
+  std::unique_ptr<DeviceState> st = exec.NewState(so);
+  std::mt19937 rng(42);
+  std::vector<int32_t> toks(static_cast<size_t>(prompt));
+  for (int32_t& t : toks) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(hp.n_vocab));
+
+  // Prefill: the prompt in chunks of pass_tokens (first run records the lists: not timed).
+  std::vector<double> prefill_s;
+  for (int r = 0; r <= reps; ++r) {
+    st->Reset();
+    const auto t0 = Clock::now();
+    DeviceInput in{st.get(), toks, model::PassKind::kCausal, model::LogitRows::kLast, false};
+    exec.Forward({&in, 1});
+    if (r > 0) prefill_s.push_back(Since(t0));
+  }
+  const int prefill_dispatches = exec.last_dispatch_count();
+  // AR decode: greedy from the prompt, one token per pass.
+  std::vector<double> step_s;
+  int32_t next = Argmax(exec.logits(0));
+  std::vector<int32_t> gpu_tokens;
+  for (int64_t i = 0; i < decode; ++i) {
+    gpu_tokens.push_back(next);
+    const auto t0 = Clock::now();
+    DeviceInput in{st.get(), {&next, 1}, model::PassKind::kCausal, model::LogitRows::kLast, false};
+    exec.Forward({&in, 1});
+    if (i > 0) step_s.push_back(Since(t0));  // the first step records the AR list
+    next = Argmax(exec.logits(0));
+  }
+  const double step = Median(step_s);
+  const double pre = Median(prefill_s);
+  doc["prefill"] = {{"tokens", prompt},
+                    {"pass_tokens", pass_tokens},
+                    {"seconds_median", pre},
+                    {"tok_per_s", pre > 0 ? prompt / pre : 0.0},
+                    {"dispatches_per_pass", prefill_dispatches}};
+  doc["decode"] = {{"steps", decode},
+                   {"ms_per_token_median", step * 1e3},
+                   {"tok_per_s", step > 0 ? 1.0 / step : 0.0},
+                   {"dispatches_per_token", exec.last_dispatch_count()},
+                   {"barriers_per_token", exec.last_barrier_count()},
+                   {"us_per_dispatch", step > 0 ? step * 1e6 / exec.last_dispatch_count() : 0.0},
+                   {"ms_per_layer", step * 1e3 / std::max(1, hp.n_layer)},
+                   {"weight_gb_per_s_if_all_read",
+                    step > 0 ? static_cast<double>(exec.weight_bytes()) / step / 1e9 : 0.0}};
+  if (check_cpu > 0 && eo.generate_weights_seed == 0) {
+    model::ContextOptions co;
+    co.max_tokens = std::max<int64_t>(prompt, 1);
+    model::ForwardContext ctx(*m, co);
+    ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    auto cs = m->NewState(so);
+    model::SequenceInput in{cs.get(), toks, model::PassKind::kCausal, model::LogitRows::kLast};
+    m->Forward({&in, 1}, ctx, pool);
+    int same = 0;
+    for (int i = 0; i < check_cpu && i < static_cast<int>(gpu_tokens.size()); ++i) {
+      const int32_t t = Argmax(ctx.logits(0));
+      if (t != gpu_tokens[static_cast<size_t>(i)]) break;
+      ++same;
+      model::SequenceInput s{cs.get(), {&t, 1}, model::PassKind::kCausal, model::LogitRows::kLast};
+      m->Forward({&s, 1}, ctx, pool);
+    }
+    doc["cpu_check"] = {{"tokens", check_cpu}, {"identical_prefix", same}};
+  }
+  doc["seconds"] = Since(t_start);
+  if (!synth_preset.empty()) std::filesystem::remove(path);
+  if (out_path.empty()) {
+    std::cout << doc.dump(2) << "\n";
+  } else {
+    std::ofstream(out_path) << doc.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace crossword::vulkan
+
+int main(int argc, char** argv) {
+  try {
+    return crossword::vulkan::Main(argc, argv);
+  } catch (const crossword::Error& e) {
+    std::fprintf(stderr, "crossword-vk-e2e: %s\n", e.what());
+    return 1;
+  }
+}
