@@ -178,10 +178,7 @@ struct Row {
 // The SIMD target, and whether the Q8_0/Q4_0 matrices have their load-time tile copy: both change
 // the figures, and a run with `--no-repack` or over the repack allowance must not pass for one
 // with.
-std::string Backend(const engine::Engine& e) {
-  return fmt::format("CPU {}{}", kernels::CurrentTargetName(),
-                     e.model().weights().packed_storage ? " tiles" : "");
-}
+std::string Backend(const engine::Engine& e) { return e.executor().Describe(); }
 
 void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>& rows) {
   const gguf::File& file = e.model().file();
@@ -193,7 +190,7 @@ void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>&
   if (f.output == "json") {
     for (const Row& r : rows) {
       nlohmann::ordered_json j = {{"model", name},
-                                  {"threads", e.pool().size()},
+                                  {"threads", e.executor().host_threads()},
                                   {"test", r.test},
                                   {"unit", r.unit},
                                   {"median", Median(r.values)},
@@ -210,7 +207,7 @@ void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>&
     const auto [lo, hi] = std::minmax_element(r.values.begin(), r.values.end());
     std::printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f %s | %.2f | %.2f | %s |\n",
                 name.c_str(), static_cast<double>(file.file_size()) / (1 << 30),
-                static_cast<double>(params) / 1e9, Backend(e).c_str(), e.pool().size(),
+                static_cast<double>(params) / 1e9, Backend(e).c_str(), e.executor().host_threads(),
                 r.test.c_str(), Median(r.values), r.unit.c_str(), *lo, *hi, r.extra.c_str());
   }
 }
@@ -224,7 +221,7 @@ void RunBench(const BenchFlags& f) {
   std::fprintf(info, "load average before: %s\n", LoadAverage().c_str());
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const model::Model& m = engine->model();
-  ThreadPool& pool = engine->pool();
+  const model::Executor& x = engine->executor();
   std::fprintf(info, "load: %.2f s (%s, %s)\n", engine->load_seconds(),
                engine->model_name().c_str(), f.model.no_mmap ? "read into RAM" : "mmap");
   SanityQuestion(*engine, info);
@@ -239,18 +236,19 @@ void RunBench(const BenchFlags& f) {
   model::ContextOptions co;
   co.max_tokens = std::max<int64_t>({f.n_prompt, f.block, 1});
   co.max_logit_rows = f.block;
-  model::ForwardContext ctx(m, co);
+  std::unique_ptr<model::ForwardContext> ctx_owner = x.NewContext(co);
+  model::ForwardContext& ctx = *ctx_owner;
   model::StateOptions so;
   so.n_ctx = std::max(f.n_prompt, f.n_gen) + f.block + 8;
   so.kv_type = f.model.KvType();
   so.max_record_tokens = f.block;
-  auto st = m.NewState(so);
+  auto st = x.NewState(so);
 
   auto pp = [&] {
     st->Reset();
     model::SequenceInput in{st.get(), prompt, model::PassKind::kCausal, model::LogitRows::kLast};
     const auto t0 = Clock::now();
-    m.Forward({&in, 1}, ctx, pool);
+    x.Forward({&in, 1}, ctx);
     return static_cast<double>(f.n_prompt) / Seconds(t0, Clock::now());
   };
   auto tg = [&] {
@@ -260,7 +258,7 @@ void RunBench(const BenchFlags& f) {
     for (int64_t i = 0; i < f.n_gen; ++i) {
       model::SequenceInput in{
           st.get(), {&tok, 1}, model::PassKind::kCausal, model::LogitRows::kLast};
-      m.Forward({&in, 1}, ctx, pool);
+      x.Forward({&in, 1}, ctx);
       const auto logits = ctx.logits(0);
       tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     }
@@ -281,6 +279,9 @@ void RunBench(const BenchFlags& f) {
   const size_t bytes = WeightBytesPerToken(m);
   size_t bw_bytes = 0;
   std::string bw_tensor;
+  // The host's read bandwidth, on as many threads as the executor computes with (its own pool
+  // is idle meanwhile).
+  ThreadPool pool(x.host_threads());
   const double bw = ReadBandwidth(m.file(), pool, &bw_bytes, &bw_tensor);
   if (f.n_gen > 0) {
     rtg.extra = fmt::format("{:.1f} GB/s of weights ({:.3f} GB/token); machine read bandwidth {}",
@@ -297,7 +298,7 @@ void RunBench(const BenchFlags& f) {
     st->Reset();
     {
       model::SequenceInput in{st.get(), prompt, model::PassKind::kCausal, model::LogitRows::kNone};
-      if (f.n_prompt > 0) m.Forward({&in, 1}, ctx, pool);
+      if (f.n_prompt > 0) x.Forward({&in, 1}, ctx);
     }
     st->SaveSnapshot(snap);
     const std::string b = std::to_string(f.block);
@@ -313,7 +314,7 @@ void RunBench(const BenchFlags& f) {
       st->SaveSnapshot(snap);
       model::SequenceInput in{st.get(), tokens, kind, logits, record};
       const auto t0 = Clock::now();
-      m.Forward({&in, 1}, ctx, pool);
+      x.Forward({&in, 1}, ctx);
       return 1e3 * Seconds(t0, Clock::now());
     };
     for (int i = 0; i < f.warmup + f.reps; ++i) {
@@ -330,7 +331,7 @@ void RunBench(const BenchFlags& f) {
       for (size_t j = 0; j < keeps.size(); ++j) {
         time_pass(block, model::PassKind::kCausal, model::LogitRows::kAll, true);
         const auto t0 = Clock::now();
-        st->RollbackTo(keeps[j], pool);
+        st->RollbackTo(keeps[j]);
         if (keep) rb[j].values.push_back(1e3 * Seconds(t0, Clock::now()));
       }
     }
@@ -377,7 +378,9 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_option("-o,--output", flags->output, "md (table) or json (one object per line)")
       ->check(CLI::IsMember({"md", "json"}))
       ->capture_default_str();
-  cmd->callback([flags] { RunBench(*flags); });
+  cmd->callback([flags] {
+    if (!flags->model.ListDevicesIfAsked()) RunBench(*flags);
+  });
 }
 
 }  // namespace crossword::cli

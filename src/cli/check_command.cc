@@ -123,7 +123,9 @@ void RegisterCheckCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--think", flags->think, "let the model think first (enable_thinking = true)");
   cmd->add_flag("-v,--verbose", flags->verbose, "print every answer");
-  cmd->callback([flags] { RunCheck(*flags); });
+  cmd->callback([flags] {
+    if (!flags->model.ListDevicesIfAsked()) RunCheck(*flags);
+  });
 }
 
 }  // namespace crossword::cli

@@ -1,6 +1,9 @@
 // Shared flag handling of the model-running subcommands.
 #include "cli/common.h"
 
+#include <cstdio>
+
+#include "backends/registry.h"
 #include "base/error.h"
 
 namespace crossword::cli {
@@ -20,6 +23,16 @@ void ModelFlags::Add(CLI::App* cmd, bool model_required) {
   cmd->add_option("--kv-type", kv_type, "KV cache type: f16 or f32")->capture_default_str();
   cmd->add_option("--log-level", log_level, "debug, info, warn, error or silent")
       ->capture_default_str();
+  cmd->add_option("--device", device, backends::kDeviceFlagHelp)->capture_default_str();
+  cmd->add_option("--n-gpu-layers,--gpu-layers", n_gpu_layers, backends::kGpuLayersFlagHelp)
+      ->capture_default_str();
+  cmd->add_flag("--list-devices", list_devices, backends::kListDevicesFlagHelp);
+}
+
+bool ModelFlags::ListDevicesIfAsked() const {
+  if (!list_devices) return false;
+  std::fputs(backends::DescribeDevices(MakeLogger()).c_str(), stdout);
+  return true;
 }
 
 bool IsSynthFile(const engine::Engine& e) {
@@ -36,6 +49,8 @@ engine::EngineOptions ModelFlags::ToEngineOptions() const {
   o.map.lock = mlock;
   o.repack = !no_repack;
   o.threads = threads;
+  o.device = device;
+  o.n_gpu_layers = n_gpu_layers;
   o.logger = MakeLogger();
   return o;
 }

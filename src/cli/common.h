@@ -18,10 +18,16 @@ struct ModelFlags {
   bool no_repack = false;
   std::string kv_type = "f16";
   std::string log_level = "info";
+  std::string device = "auto";
+  int n_gpu_layers = -1;
+  bool list_devices = false;
 
   /// Adds -m/--model, -t/--threads, -c/--ctx-size, --no-mmap, --mlock, --no-repack, --kv-type,
-  /// --log-level.
+  /// --log-level, --device, -ngl/--n-gpu-layers (main.cc spells -ngl as --n-gpu-layers for
+  /// CLI11), --list-devices.
   void Add(CLI::App* cmd, bool model_required);
+  /// With --list-devices: prints the devices to stdout and returns true (the command then ends).
+  bool ListDevicesIfAsked() const;
   engine::EngineOptions ToEngineOptions() const;
   GgmlType KvType() const;
   Logger MakeLogger() const;

@@ -71,7 +71,7 @@ void RunLogits(const LogitsFlags& f) {
   model::ContextOptions co;
   co.max_tokens = f.batch;
   co.max_logit_rows = f.all ? f.batch : 1;
-  model::ForwardContext ctx(engine->model(), co);
+  std::unique_ptr<model::ForwardContext> ctx = engine->executor().NewContext(co);
   const int64_t n_vocab = engine->model().hparams().n_vocab;
   int64_t pos = 0;
   while (pos < n) {
@@ -86,9 +86,9 @@ void RunLogits(const LogitsFlags& f) {
     in.tokens = std::span<const int32_t>(ids).subspan(pos, len);
     in.logits = f.all ? model::LogitRows::kAll
                       : (pos + len == n ? model::LogitRows::kLast : model::LogitRows::kNone);
-    engine->model().Forward({&in, 1}, ctx, engine->pool());
-    std::span<const float> lg = ctx.logits(0);
-    const int64_t rows = ctx.n_logit_rows(0);
+    engine->executor().Forward({&in, 1}, *ctx);
+    std::span<const float> lg = ctx->logits(0);
+    const int64_t rows = ctx->n_logit_rows(0);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t p = f.all ? pos + r : n - 1;
       PrintRow(p, ids[p], lg.subspan(r * n_vocab, n_vocab), f.top);
@@ -112,7 +112,9 @@ void RegisterLogitsCommand(CLI::App& app) {
   cmd->add_option("--batch", flags->batch, "tokens per forward pass")->capture_default_str();
   cmd->add_option("--decode-from", flags->decode_from,
                   "evaluate positions from here one token per pass");
-  cmd->callback([flags] { RunLogits(*flags); });
+  cmd->callback([flags] {
+    if (!flags->model.ListDevicesIfAsked()) RunLogits(*flags);
+  });
 }
 
 }  // namespace crossword::cli

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "chat/chat_commands.h"
@@ -44,8 +45,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // llama.cpp spells the GPU layer count -ngl, which CLI11 cannot declare (one-letter short names
+  // only): it becomes --n-gpu-layers before parsing.
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) {
+    if (a == "-ngl") {
+      a = "--n-gpu-layers";
+    } else if (a.rfind("-ngl=", 0) == 0) {
+      a = "--n-gpu-layers=" + a.substr(5);
+    }
+    arg_ptrs.push_back(a.data());
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(argc, arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     // CLI11 prints the message; --help / --version exit 0, every usage error 2 (as other errors).
     return app.exit(e) == 0 ? 0 : 2;

@@ -186,7 +186,9 @@ void RegisterRunCommand(CLI::App& app) {
   g->excludes(j);
   cmd->add_flag("--stats", flags->stats,
                 "print forward passes, tokens per pass, acceptance, time per pass type");
-  cmd->callback([flags] { Run(*flags); });
+  cmd->callback([flags] {
+    if (!flags->model.ListDevicesIfAsked()) Run(*flags);
+  });
 }
 
 }  // namespace crossword::cli

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "backends/cpu/executor.h"
 #include "decode/generation.h"
 #include "grammar/json_schema.h"
 #include "model/model.h"
@@ -16,10 +17,10 @@ namespace crossword::decode {
 namespace {
 
 struct Fixture {
-  std::unique_ptr<model::Model> model;
+  std::shared_ptr<const model::Model> model;
+  std::unique_ptr<model::Executor> exec;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::shared_ptr<const grammar::TokenVocabulary> vocab;
-  mutable ThreadPool pool{2};
 
   Fixture() {
     const std::string path = ::testing::TempDir() + "/constraint_tiny.gguf";
@@ -37,6 +38,8 @@ struct Fixture {
     model::LoadOptions lo;
     lo.logger = Logger::Silent();
     model = model::Model::Load(path, lo);
+    exec = std::make_unique<backends::cpu::CpuExecutor>(
+        model, backends::cpu::CpuOptions{.threads = 2, .repack = true, .logger = Logger::Silent()});
     tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromGguf(model->file()));
     std::vector<std::string> bytes;
     std::vector<int32_t> excluded;
@@ -76,16 +79,17 @@ struct Fixture {
     model::StateOptions so;
     so.n_ctx = 1024;
     so.max_record_tokens = 64;
-    auto st = model->NewState(so);
+    auto st = exec->NewState(so);
     model::ContextOptions co;
     co.max_tokens = 256;
     co.max_logit_rows = 64;
-    model::ForwardContext ctx(*model, co);
+    auto ctx_owner = exec->NewContext(co);
+    model::ForwardContext& ctx = *ctx_owner;
     Generation g(*model, *st, prompt, p, nullptr);
     while (!g.done()) {
       model::SequenceInput in = g.NextInput();
-      model->Forward({&in, 1}, ctx, pool);
-      g.OnLogits(ctx.logits(0), pool);
+      exec->Forward({&in, 1}, ctx);
+      g.OnLogits(ctx.logits(0));
     }
     states.push_back(std::move(st));  // Generation refers to it
     return g;

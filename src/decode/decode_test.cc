@@ -11,6 +11,8 @@
 #include <random>
 #include <set>
 
+#include "backends/cpu/executor.h"
+#include "backends/cpu/state.h"
 #include "base/error.h"
 #include "decode/generation.h"
 #include "model/model.h"
@@ -41,12 +43,14 @@ std::string SynthTiny(const std::string& name, uint64_t seed = 1, const std::str
 }
 
 struct Fixture {
-  std::unique_ptr<model::Model> model;
-  mutable ThreadPool pool{2};
+  std::shared_ptr<const model::Model> model;
+  std::unique_ptr<model::Executor> exec;
   explicit Fixture(const std::string& path) {
     model::LoadOptions lo;
     lo.logger = Logger::Silent();
     model = model::Model::Load(path, lo);
+    exec = std::make_unique<backends::cpu::CpuExecutor>(
+        model, backends::cpu::CpuOptions{.threads = 2, .repack = true, .logger = Logger::Silent()});
   }
   std::unique_ptr<model::SequenceState> State(int64_t n_ctx = 1024,
                                               GgmlType kv = GgmlType::kF16) const {
@@ -54,7 +58,7 @@ struct Fixture {
     so.n_ctx = n_ctx;
     so.kv_type = kv;
     so.max_record_tokens = 64;
-    return model->NewState(so);
+    return exec->NewState(so);
   }
 };
 
@@ -78,7 +82,8 @@ std::vector<std::vector<int32_t>> RunBatched(const Fixture& f,
   co.max_tokens = 512;
   co.max_seqs = static_cast<int>(prompts.size());
   co.max_logit_rows = 64 * co.max_seqs;
-  model::ForwardContext ctx(*f.model, co);
+  auto ctx_owner = f.exec->NewContext(co);
+  model::ForwardContext& ctx = *ctx_owner;
   std::vector<std::unique_ptr<model::SequenceState>> states;
   std::vector<std::unique_ptr<Generation>> gens;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -95,9 +100,8 @@ std::vector<std::vector<int32_t>> RunBatched(const Fixture& f,
       who.push_back(i);
     }
     if (ins.empty()) break;
-    f.model->Forward(ins, ctx, f.pool);
-    for (size_t j = 0; j < who.size(); ++j)
-      gens[who[j]]->OnLogits(ctx.logits(static_cast<int>(j)), f.pool);
+    f.exec->Forward(ins, ctx);
+    for (size_t j = 0; j < who.size(); ++j) gens[who[j]]->OnLogits(ctx.logits(static_cast<int>(j)));
   }
   std::vector<std::vector<int32_t>> out;
   for (auto& g : gens) out.push_back(g->output());
@@ -110,13 +114,14 @@ std::vector<int32_t> Run1(const Fixture& f, const std::vector<int32_t>& prompt,
   model::ContextOptions co;
   co.max_tokens = 256;
   co.max_logit_rows = 64;
-  model::ForwardContext ctx(*f.model, co);
+  auto ctx_owner = f.exec->NewContext(co);
+  model::ForwardContext& ctx = *ctx_owner;
   auto st = f.State(n_ctx);
   Generation g(*f.model, *st, prompt, p, nullptr);
   while (!g.done()) {
     model::SequenceInput in = g.NextInput();
-    f.model->Forward({&in, 1}, ctx, f.pool);
-    g.OnLogits(ctx.logits(0), f.pool);
+    f.exec->Forward({&in, 1}, ctx);
+    g.OnLogits(ctx.logits(0));
   }
   if (stats) *stats = g.stats();
   return g.output();
@@ -178,7 +183,8 @@ TEST(Golden, DiffusionPassesMatchTheReference) {
   model::ContextOptions co;
   co.max_tokens = 256;
   co.max_logit_rows = 64;
-  model::ForwardContext ctx(*f.model, co);
+  auto ctx_owner = f.exec->NewContext(co);
+  model::ForwardContext& ctx = *ctx_owner;
   for (const auto& [name, run] : g["diffusion"].items()) {
     SCOPED_TRACE(name);
     DecodeParams p =
@@ -192,9 +198,9 @@ TEST(Golden, DiffusionPassesMatchTheReference) {
     while (!gen.done()) {
       const bool prefill = st->n_past() < static_cast<int64_t>(n_prompt);
       model::SequenceInput in = gen.NextInput();
-      f.model->Forward({&in, 1}, ctx, f.pool);
+      f.exec->Forward({&in, 1}, ctx);
       if (prefill) {  // the golden passes list starts after the prompt
-        gen.OnLogits(ctx.logits(0), f.pool);
+        gen.OnLogits(ctx.logits(0));
         continue;
       }
       if (in.kind == model::PassKind::kDenoise) {
@@ -210,7 +216,7 @@ TEST(Golden, DiffusionPassesMatchTheReference) {
             max_dlp = std::max(max_dlp, std::abs(lp - e[1].get<double>()));
           }
         }
-        gen.OnLogits(logits, f.pool);
+        gen.OnLogits(logits);
         json got = json::array();
         for (size_t j = 0; j < before.size(); ++j) {
           if (before[j] && (j >= gen.masked().size() || !gen.masked()[j])) {
@@ -221,7 +227,7 @@ TEST(Golden, DiffusionPassesMatchTheReference) {
       } else {
         ASSERT_LT(pass, passes.size());
         EXPECT_EQ(passes[pass]["kind"], "commit") << "pass " << pass;
-        gen.OnLogits(ctx.logits(0), f.pool);
+        gen.OnLogits(ctx.logits(0));
       }
       ++pass;
     }
@@ -337,13 +343,14 @@ TEST(Diffusion, CommittedStateEqualsArForwardOfTheSameTokens) {
   model::ContextOptions co;
   co.max_tokens = 256;
   co.max_logit_rows = 64;
-  model::ForwardContext ctx(*f.model, co);
+  auto ctx_owner = f.exec->NewContext(co);
+  model::ForwardContext& ctx = *ctx_owner;
   auto st = f.State();
   Generation g(*f.model, *st, prompt, p, nullptr);
   while (!g.done()) {
     model::SequenceInput in = g.NextInput();
-    f.model->Forward({&in, 1}, ctx, f.pool);
-    g.OnLogits(ctx.logits(0), f.pool);
+    f.exec->Forward({&in, 1}, ctx);
+    g.OnLogits(ctx.logits(0));
   }
   // The state holds prompt + the committed blocks; forwarding those tokens causally from scratch
   // gives the same GDN state (denoise passes leaked nothing into it).
@@ -351,15 +358,17 @@ TEST(Diffusion, CommittedStateEqualsArForwardOfTheSameTokens) {
   all.insert(all.end(), g.output().begin(), g.output().begin() + (st->n_past() - 6));
   auto ref = f.State();
   model::SequenceInput in{ref.get(), all, model::PassKind::kCausal, model::LogitRows::kNone};
-  f.model->Forward({&in, 1}, ctx, f.pool);
+  f.exec->Forward({&in, 1}, ctx);
   ASSERT_EQ(ref->n_past(), st->n_past());
   const auto& hp = f.model->hparams();
+  auto& a = dynamic_cast<backends::cpu::CpuState&>(*st);  // the CPU executor's host memory
+  auto& b = dynamic_cast<backends::cpu::CpuState&>(*ref);
   float d = 0;
   for (int r = 0; r < hp.n_recurrent(); ++r) {
-    for (int64_t i = 0; i < st->ssm_floats(); ++i)
-      d = std::max(d, std::fabs(st->ssm_state(r)[i] - ref->ssm_state(r)[i]));
-    for (int64_t i = 0; i < st->conv_floats(); ++i)
-      d = std::max(d, std::fabs(st->conv_state(r)[i] - ref->conv_state(r)[i]));
+    for (int64_t i = 0; i < a.ssm_floats(); ++i)
+      d = std::max(d, std::fabs(a.ssm_state(r)[i] - b.ssm_state(r)[i]));
+    for (int64_t i = 0; i < a.conv_floats(); ++i)
+      d = std::max(d, std::fabs(a.conv_state(r)[i] - b.conv_state(r)[i]));
   }
   EXPECT_LT(d, 1e-4f);
 }

@@ -287,7 +287,7 @@ void Generation::AccountPass(double seconds) {
   }
 }
 
-void Generation::OnLogits(std::span<const float> logits, ThreadPool& pool) {
+void Generation::OnLogits(std::span<const float> logits) {
   AccountPass(std::chrono::duration<double>(Clock::now() - pass_start_).count());
   switch (phase_) {
     case Phase::kPrefill:
@@ -309,7 +309,7 @@ void Generation::OnLogits(std::span<const float> logits, ThreadPool& pool) {
       OnDraft(logits);
       break;
     case Phase::kVerify:
-      OnVerify(logits, pool);
+      OnVerify(logits);
       break;
     case Phase::kDone:
       break;
@@ -526,12 +526,12 @@ int32_t Generation::VerifySampled(std::span<const float> logits, int64_t& accept
   return -1;
 }
 
-void Generation::OnVerify(std::span<const float> logits, ThreadPool& pool) {
+void Generation::OnVerify(std::span<const float> logits) {
   int64_t accepted = 0;
   const int32_t bonus =
       params_.sampling.greedy() ? VerifyGreedy(logits, accepted) : VerifySampled(logits, accepted);
   ++stats_.accepted_hist[std::min<int64_t>(accepted, params_.block_size - 1)];
-  state_.RollbackTo(1 + accepted, pool);
+  state_.RollbackTo(1 + accepted);
   if (phase_ == Phase::kDone || bonus < 0) return;
   StartBlock(bonus);
 }

@@ -1,6 +1,6 @@
 // One request's decoding as a step-wise state machine over the model's forward pass: prefill,
 // then AR, block-diffusion (LowConfidence) or lossless self-speculative steps (docs/decoding.md).
-// A scheduler batches NextInput() of many generations into one Model::Forward.
+// A scheduler batches NextInput() of many generations into one Executor::Forward.
 #pragma once
 
 #include <array>
@@ -125,8 +125,8 @@ struct DecodeStats {
 using TokenSink = std::function<bool(int32_t token)>;
 
 /// A single sequence's decoding. Usage: Start(); while (!done()) { in = NextInput();
-/// model.Forward({in, ...}); OnLogits(ctx.logits(i)); }. The state must not be used by anything
-/// else meanwhile. Allocates at construction only (n_vocab-sized buffers).
+/// executor.Forward({in, ...}, ctx); OnLogits(ctx.logits(i)); }. The state must not be used by
+/// anything else meanwhile. Allocates at construction only (n_vocab-sized buffers).
 class Generation {
  public:
   /// `state` holds a prefix of `prompt` already (n_past < prompt.size(), same tokens — the
@@ -150,7 +150,7 @@ class Generation {
   /// The next forward-pass input of this sequence (valid until OnLogits).
   model::SequenceInput NextInput();
   /// Consumes the logits of the pass NextInput() described (rows as it requested).
-  void OnLogits(std::span<const float> logits, ThreadPool& pool);
+  void OnLogits(std::span<const float> logits);
   /// Ends the generation now (client cancelled).
   void Cancel();
 
@@ -173,7 +173,7 @@ class Generation {
   void OnDenoise(std::span<const float> logits);
   void OnDenoiseConstrained(std::span<const float> logits);
   void OnDraft(std::span<const float> logits);
-  void OnVerify(std::span<const float> logits, ThreadPool& pool);
+  void OnVerify(std::span<const float> logits);
   // Verification of one spec round: fills `accepted` (drafts emitted) and returns the bonus
   // token (the next seed) or -1 when the generation ended.
   int32_t VerifyGreedy(std::span<const float> logits, int64_t& accepted);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "backends/registry.h"
 #include "base/error.h"
 
 namespace crossword::engine {
@@ -13,13 +14,16 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Engine> e(new Engine());
   e->logger_ = options.logger;
-  int threads = options.threads;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  e->pool_ = std::make_unique<ThreadPool>(threads);
+  // Flags are checked before the (possibly long) load.
+  backends::ExecutorOptions xo;
+  xo.device = options.device;
+  xo.n_gpu_layers = options.n_gpu_layers;
+  xo.threads = options.threads;
+  xo.repack = options.repack;
+  xo.logger = options.logger;
+  backends::ResolveDevice(xo);
   model::LoadOptions lo;
   lo.map = options.map;
-  lo.pool = e->pool_.get();
-  lo.repack = options.repack;
   lo.logger = options.logger;
   if (options.model_path.empty()) {
     std::span<const std::byte> bytes = EmbeddedModel();
@@ -30,6 +34,7 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
     e->model_ = model::Model::Load(options.model_path, lo);
     e->name_ = options.model_path;
   }
+  e->executor_ = backends::CreateExecutor(e->model_, xo);
   e->tokenizer_ =
       std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromGguf(e->model_->file()));
   if (auto src = e->model_->file().GetString("tokenizer.chat_template")) {
@@ -198,7 +203,7 @@ std::unique_ptr<model::SequenceState> Engine::NewState(int64_t n_ctx, GgmlType k
   so.n_ctx = n_ctx;
   so.kv_type = kv_type;
   so.max_record_tokens = std::max(model_->hparams().diffusion_block_size, 256);
-  return model_->NewState(so);
+  return executor_->NewState(so);
 }
 
 decode::Generation RunGeneration(const Engine& engine, model::SequenceState& state,
@@ -208,12 +213,13 @@ decode::Generation RunGeneration(const Engine& engine, model::SequenceState& sta
   co.max_tokens = std::max<int64_t>(params.prefill_chunk, params.block_size);
   co.max_seqs = 1;
   co.max_logit_rows = std::max(params.block_size, 1);
-  model::ForwardContext ctx(engine.model(), co);
+  const model::Executor& executor = engine.executor();
+  std::unique_ptr<model::ForwardContext> ctx = executor.NewContext(co);
   decode::Generation gen(engine.model(), state, std::move(prompt), params, std::move(sink));
   while (!gen.done()) {
     model::SequenceInput in = gen.NextInput();
-    engine.model().Forward({&in, 1}, ctx, engine.pool());
-    gen.OnLogits(ctx.logits(0), engine.pool());
+    executor.Forward({&in, 1}, *ctx);
+    gen.OnLogits(ctx->logits(0));
   }
   return gen;
 }

@@ -14,9 +14,9 @@
 #include "base/log.h"
 #include "base/mapped_file.h"
 #include "chat/template.h"
-#include "core/thread_pool.h"
 #include "decode/generation.h"
 #include "grammar/matcher.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,10 +27,12 @@ inline constexpr int kDefaultDraftMax = 15;
 inline constexpr float kDefaultDraftPMin = 0.0f;
 
 struct EngineOptions {
-  std::string model_path;  ///< empty: the embedded default model (if this build has one)
-  MapOptions map;          ///< --no-mmap / --mlock
-  bool repack = true;      ///< --no-repack: no tile copy of Q8_0/Q4_0 weights (model::LoadOptions)
-  int threads = 0;         ///< 0: all hardware threads
+  std::string model_path;       ///< empty: the embedded default model (if this build has one)
+  MapOptions map;               ///< --no-mmap / --mlock
+  bool repack = true;           ///< --no-repack: no tile copy of Q8_0/Q4_0 weights (CPU executor)
+  int threads = 0;              ///< 0: all hardware threads
+  std::string device = "auto";  ///< --device: executor by registry name (backends/registry.h)
+  int n_gpu_layers = -1;        ///< -ngl / --n-gpu-layers: layers on the GPU (-1: all)
   Logger logger;
 };
 
@@ -38,18 +40,20 @@ struct EngineOptions {
 /// or an empty span when the build has none.
 std::span<const std::byte> EmbeddedModel();
 
-/// A loaded model + tokenizer + chat template. Immutable after Load except for the pool,
-/// which callers share by taking turns (one forward pass at a time).
+/// A loaded model + tokenizer + chat template + the executor that runs its forward passes.
+/// Immutable after Load; callers share the executor by taking turns (one forward pass or
+/// RollbackTo at a time).
 class Engine {
  public:
   /// Loads the file (or the embedded model). Throws crossword::Error with the file's problem.
   static std::unique_ptr<Engine> Load(const EngineOptions& options);
 
   const model::Model& model() const { return *model_; }
+  /// The executor of this engine's forward passes (picked by EngineOptions::device).
+  const model::Executor& executor() const { return *executor_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   /// The file's tokenizer.chat_template, or nullptr when it has none.
   const chat::Template* chat_template() const { return template_.get(); }
-  ThreadPool& pool() const { return *pool_; }
   const Logger& logger() const { return logger_; }
   /// Seconds spent in Load.
   double load_seconds() const { return load_seconds_; }
@@ -103,10 +107,10 @@ class Engine {
 
  private:
   Engine() = default;
-  std::unique_ptr<model::Model> model_;
+  std::shared_ptr<const model::Model> model_;
+  std::unique_ptr<model::Executor> executor_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<chat::Template> template_;
-  std::unique_ptr<ThreadPool> pool_;
   Logger logger_;
   double load_seconds_ = 0;
   std::string name_;

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "model/state.h"
+#include "model/forward.h"
 
 namespace crossword::engine {
 

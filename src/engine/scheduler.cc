@@ -68,7 +68,7 @@ Scheduler::Scheduler(const Engine& engine, SchedulerOptions options)
   co.max_tokens = options_.batch_tokens;
   co.max_seqs = options_.n_slots;
   co.max_logit_rows = int64_t{options_.n_slots} * options_.max_block_size;
-  ctx_ = std::make_unique<model::ForwardContext>(engine.model(), co);
+  ctx_ = engine.executor().NewContext(co);
   inputs_.reserve(static_cast<size_t>(options_.n_slots));
   members_.reserve(static_cast<size_t>(options_.n_slots));
   metrics_.n_slots = options_.n_slots;
@@ -290,7 +290,7 @@ bool Scheduler::Step() {
   int64_t pass_tokens = 0;
   for (const auto& in : inputs_) pass_tokens += static_cast<int64_t>(in.tokens.size());
   try {
-    engine_.model().Forward(inputs_, *ctx_, engine_.pool());
+    engine_.executor().Forward(inputs_, *ctx_);
   } catch (const std::exception& e) {
     const std::string msg = std::string("forward pass failed: ") + e.what();
     for (int m : members_) {
@@ -316,7 +316,7 @@ bool Scheduler::Step() {
     const std::span<const float> logits = ctx_->logits(static_cast<int>(i));
     s.row = s.gen->params().mode == decode::Mode::kAr ? logits : std::span<const float>();
     try {
-      s.gen->OnLogits(logits, engine_.pool());
+      s.gen->OnLogits(logits);
     } catch (const std::exception& e) {
       Finish(s, e.what());
       continue;

@@ -108,8 +108,9 @@ struct Weights {
   kernels::Matrix output;          ///< {n_embd, n_vocab}; token_embd when output.weight is absent
   std::vector<LayerWeights> layers;
   LayoutReport layout;
-  /// Owns the matrices' repacked copies (RepackWeights); its heap block survives moves.
-  std::unique_ptr<std::byte[]> packed_storage;
+  /// Owns the matrices' repacked copies when an executor made them (the CPU executor's
+  /// RepackWeights, on its own copy of these views); shared by copies of this struct.
+  std::shared_ptr<std::byte[]> packed_storage;
 };
 
 /// Finds, checks and prepares every tensor. `hp.n_vocab` is set from token_embd's row count.
@@ -119,14 +120,5 @@ struct Weights {
 /// diffusion-only tensors recognised and left unused, nextn (MTP) blocks ignored.
 /// Throws crossword::Error naming the tensor, expected vs actual shape/type, and what to do.
 Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger);
-
-/// Gives every matrix that has a tile layout on this CPU (kernels::RepackedBytes: Q8_0 / Q4_0 on
-/// AVX-512 VNNI) a repacked copy, so passes of 4+ rows (prompts, diffusion blocks, spec verify)
-/// stop repacking weights on every call (Q8_0 decode reads it too). Results are bit-identical
-/// with or without it. Skipped, with a log line, when the copies would take more than
-/// `max_bytes` or their allocation fails. Matrices are repacked in parallel on `pool` when
-/// given. Returns the bytes used (0 when skipped).
-size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger,
-                     ThreadPool* pool = nullptr);
 
 }  // namespace crossword::model

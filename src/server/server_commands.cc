@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/registry.h"
 #include "base/error.h"
 #include "server/server.h"
 
@@ -23,7 +24,7 @@ struct ServeFlags {
   ServerOptions o;
   std::string kv_type = "f16", log_level = "info", reasoning_format = "deepseek", kwargs;
   std::string metrics_compat = "none";
-  bool no_mmap = false, mlock = false, no_repack = false;
+  bool no_mmap = false, mlock = false, no_repack = false, list_devices = false;
   int reasoning_budget = -1;
   double drain_timeout = 20;  ///< seconds SIGTERM waits for requests in flight
 };
@@ -168,6 +169,11 @@ void RegisterServerCommands(CLI::App& app) {
       "keep no tile-layout copy of Q8_0/Q4_0 weights (multi-row passes repack on the fly)");
   cmd->add_option("--log-level", f->log_level, "debug, info, warn, error or silent")
       ->capture_default_str();
+  cmd->add_option("--device", o.engine.device, backends::kDeviceFlagHelp)->capture_default_str();
+  cmd->add_option("--n-gpu-layers,--gpu-layers", o.engine.n_gpu_layers,
+                  backends::kGpuLayersFlagHelp)
+      ->capture_default_str();
+  cmd->add_flag("--list-devices", f->list_devices, backends::kListDevicesFlagHelp);
   cmd->add_flag("--log-prompts", o.log_prompts,
                 "log prompt and answer text (default: sizes and timings only)");
   cmd->add_option("--max-body-size", o.max_body_bytes,
@@ -231,6 +237,10 @@ void RegisterServerCommands(CLI::App& app) {
       } catch (const std::exception&) {
         Fail("-np needs a number of slots (got '{}')", value);
       }
+    }
+    if (f->list_devices) {
+      std::fputs(backends::DescribeDevices(Logger(ParseLogLevel(f->log_level))).c_str(), stdout);
+      return;
     }
     Serve(*f);
   });

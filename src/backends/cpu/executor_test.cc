@@ -1,7 +1,7 @@
-// Model tests on synthesized tiny models: batch/sequential agreement, state snapshots, denoise
-// passes leaving no trace, replay rollback, multi-sequence batches, layout equivalence, the
-// loading traps other engines fell into, and no allocation inside Forward.
-#include "model/model.h"
+// CPU executor and model-loading tests on synthesized tiny models: batch/sequential agreement,
+// state snapshots, denoise passes leaving no trace, replay rollback, multi-sequence batches,
+// layout equivalence, the loading traps other engines fell into, and no allocation inside Forward.
+#include "backends/cpu/executor.h"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,10 @@
 #include <fstream>
 #include <random>
 
+#include "backends/cpu/state.h"
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "tools/synth.h"
 
 // Heap allocations of the whole test binary so far (alloc_counter.cc replaces operator new).
@@ -22,6 +24,10 @@ int64_t AllocationCount();
 
 namespace crossword::model {
 namespace {
+
+using backends::cpu::CpuExecutor;
+using backends::cpu::CpuOptions;
+using backends::cpu::CpuState;
 
 std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/mt_" + name; }
 
@@ -42,32 +48,34 @@ std::string Synth(const std::string& name, const std::string& arch, const std::s
 }
 
 struct Runner {
-  std::unique_ptr<Model> model;
+  std::shared_ptr<const Model> model;
+  std::unique_ptr<CpuExecutor> exec;
   std::unique_ptr<ForwardContext> ctx;
-  ThreadPool pool{2};
 
   explicit Runner(const std::string& path, int max_seqs = 2) {
     LoadOptions lo;
     lo.logger = Logger::Silent();
     model = Model::Load(path, lo);
+    exec = std::make_unique<CpuExecutor>(
+        model, CpuOptions{.threads = 2, .repack = true, .logger = Logger::Silent()});
     ContextOptions co;
     co.max_tokens = 256;
     co.max_seqs = max_seqs;
     co.max_logit_rows = 256;
-    ctx = std::make_unique<ForwardContext>(*model, co);
+    ctx = exec->NewContext(co);
   }
   std::unique_ptr<SequenceState> State(int64_t n_ctx = 512, int64_t record = 32) {
     StateOptions so;
     so.n_ctx = n_ctx;
     so.max_record_tokens = record;
-    return model->NewState(so);
+    return exec->NewState(so);
   }
   // Logits of every token (kAll) or of the last one.
   std::vector<float> Run(SequenceState& st, std::span<const int32_t> toks,
                          PassKind kind = PassKind::kCausal, LogitRows rows = LogitRows::kAll,
                          bool record = false) {
     SequenceInput in{&st, toks, kind, rows, record};
-    model->Forward({&in, 1}, *ctx, pool);
+    exec->Forward({&in, 1}, *ctx);
     auto l = ctx->logits(0);
     return {l.begin(), l.end()};
   }
@@ -88,7 +96,8 @@ float MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
   return d;
 }
 
-std::vector<float> GdnBytes(SequenceState& st, const Hparams& hp) {
+std::vector<float> GdnBytes(SequenceState& state, const Hparams& hp) {
+  CpuState& st = dynamic_cast<CpuState&>(state);
   std::vector<float> v;
   for (int r = 0; r < hp.n_recurrent(); ++r) {
     v.insert(v.end(), st.conv_state(r), st.conv_state(r) + st.conv_floats());
@@ -97,7 +106,7 @@ std::vector<float> GdnBytes(SequenceState& st, const Hparams& hp) {
   return v;
 }
 
-TEST(Model, LoadsBothLayoutsWithTheSameLogits) {
+TEST(CpuExecutor, LoadsBothLayoutsWithTheSameLogits) {
   Runner up(Synth("up.gguf", "qwen35moe", "upstream"));
   Runner off(Synth("off.gguf", "clover_moe", "official"));
   EXPECT_FALSE(up.model->layout().official());
@@ -111,7 +120,7 @@ TEST(Model, LoadsBothLayoutsWithTheSameLogits) {
   EXPECT_EQ(MaxAbsDiff(up.Run(*s1, toks), off.Run(*s2, toks)), 0.0f);
 }
 
-TEST(Model, NormWeightsAreUsedAsStored) {
+TEST(CpuExecutor, NormWeightsAreUsedAsStored) {
   // The +1 of Qwen3.5's zero-centred RMSNorm is already in the file: loading must not add it.
   const std::string path = Synth("up.gguf", "qwen35moe", "upstream");
   gguf::File f = gguf::File::Open(path);
@@ -123,7 +132,7 @@ TEST(Model, NormWeightsAreUsedAsStored) {
   for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(w[i], file_w[i]);
 }
 
-TEST(Model, PrefillMatchesTokenByToken) {
+TEST(CpuExecutor, PrefillMatchesTokenByToken) {
   Runner r(Synth("up.gguf", "qwen35moe", "upstream"));
   for (int n : {40, 100}) {  // 100 >= 64 takes the chunked GDN form in the batched pass
     const auto toks = RandomTokens(n, n, 1500);
@@ -139,7 +148,7 @@ TEST(Model, PrefillMatchesTokenByToken) {
   }
 }
 
-TEST(Model, SnapshotRunRestoreIsBitIdentical) {
+TEST(CpuExecutor, SnapshotRunRestoreIsBitIdentical) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   const auto prompt = RandomTokens(30, 2, 1500);
   const auto cont = RandomTokens(10, 3, 1500);
@@ -165,7 +174,7 @@ TEST(Model, SnapshotRunRestoreIsBitIdentical) {
   EXPECT_TRUE(st->CanRestore(snap));
 }
 
-TEST(Model, DenoisePassLeavesNoTrace) {
+TEST(CpuExecutor, DenoisePassLeavesNoTrace) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   const Hparams& hp = r.model->hparams();
   const auto prompt = RandomTokens(25, 4, 1500);
@@ -191,7 +200,7 @@ TEST(Model, DenoisePassLeavesNoTrace) {
   EXPECT_EQ(MaxAbsDiff(x, y), 0.0f);
 }
 
-TEST(Model, RollbackEqualsForwardingTheAcceptedPrefix) {
+TEST(CpuExecutor, RollbackEqualsForwardingTheAcceptedPrefix) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   const Hparams& hp = r.model->hparams();
   const auto prompt = RandomTokens(20, 6, 1500);
@@ -202,7 +211,7 @@ TEST(Model, RollbackEqualsForwardingTheAcceptedPrefix) {
     r.Run(*a, prompt);
     r.Run(*b, prompt);
     r.Run(*a, block, PassKind::kCausal, LogitRows::kAll, /*record=*/true);
-    a->RollbackTo(keep, r.pool);
+    a->RollbackTo(keep);
     if (keep > 0) r.Run(*b, std::span(block).first(keep));
     EXPECT_EQ(a->n_past(), b->n_past());
     const auto ga = GdnBytes(*a, hp), gb = GdnBytes(*b, hp);
@@ -212,13 +221,13 @@ TEST(Model, RollbackEqualsForwardingTheAcceptedPrefix) {
   }
 }
 
-TEST(Model, TwoSequencesInOneBatchMatchSeparateRuns) {
+TEST(CpuExecutor, TwoSequencesInOneBatchMatchSeparateRuns) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   const auto p1 = RandomTokens(17, 10, 1500), p2 = RandomTokens(9, 11, 1500);
   auto a1 = r.State(), a2 = r.State(), b1 = r.State(), b2 = r.State();
   SequenceInput ins[2] = {{a1.get(), p1, PassKind::kCausal, LogitRows::kAll},
                           {a2.get(), p2, PassKind::kCausal, LogitRows::kLast}};
-  r.model->Forward(ins, *r.ctx, r.pool);
+  r.exec->Forward(ins, *r.ctx);
   auto l1 = r.ctx->logits(0), l2 = r.ctx->logits(1);
   const std::vector<float> j1(l1.begin(), l1.end()), j2(l2.begin(), l2.end());
   EXPECT_LT(MaxAbsDiff(j1, r.Run(*b1, p1)), 2e-4f);
@@ -228,41 +237,41 @@ TEST(Model, TwoSequencesInOneBatchMatchSeparateRuns) {
   const int32_t step[1] = {42};
   SequenceInput mixed[2] = {{a1.get(), blk, PassKind::kDenoise, LogitRows::kAll},
                             {a2.get(), step, PassKind::kCausal, LogitRows::kLast}};
-  r.model->Forward(mixed, *r.ctx, r.pool);
+  r.exec->Forward(mixed, *r.ctx);
   EXPECT_EQ(a1->n_past(), 17);
   EXPECT_EQ(a2->n_past(), 10);
 }
 
-TEST(Model, ForwardDoesNotAllocate) {
+TEST(CpuExecutor, ForwardDoesNotAllocate) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   auto st = r.State();
   const auto prompt = RandomTokens(64, 13, 1500);
   const auto block = RandomTokens(16, 14, 1500);
   SequenceInput warm{st.get(), prompt, PassKind::kCausal, LogitRows::kLast};
-  r.model->Forward({&warm, 1}, *r.ctx, r.pool);
+  r.exec->Forward({&warm, 1}, *r.ctx);
   const int64_t before = AllocationCount();
   SequenceInput in[] = {{st.get(), block, PassKind::kDenoise, LogitRows::kAll},
                         {st.get(), block, PassKind::kCausal, LogitRows::kAll, true}};
-  r.model->Forward({&in[0], 1}, *r.ctx, r.pool);
-  r.model->Forward({&in[1], 1}, *r.ctx, r.pool);
-  st->RollbackTo(5, r.pool);
+  r.exec->Forward({&in[0], 1}, *r.ctx);
+  r.exec->Forward({&in[1], 1}, *r.ctx);
+  st->RollbackTo(5);
   for (int i = 0; i < 4; ++i) {
     SequenceInput one{st.get(), std::span(block).subspan(i, 1), PassKind::kCausal,
                       LogitRows::kLast};
-    r.model->Forward({&one, 1}, *r.ctx, r.pool);
+    r.exec->Forward({&one, 1}, *r.ctx);
   }
   EXPECT_EQ(AllocationCount() - before, 0);
 }
 
-TEST(Model, RejectsBadInputBeforeTouchingState) {
+TEST(CpuExecutor, RejectsBadInputBeforeTouchingState) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   auto st = r.State(16);
   const int32_t bad[] = {1, static_cast<int32_t>(r.n_vocab())};
   SequenceInput in{st.get(), bad};
-  EXPECT_THROW(r.model->Forward({&in, 1}, *r.ctx, r.pool), Error);
+  EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
   const auto too_long = RandomTokens(17, 1, 100);
   SequenceInput in2{st.get(), too_long};
-  EXPECT_THROW(r.model->Forward({&in2, 1}, *r.ctx, r.pool), Error);
+  EXPECT_THROW(r.exec->Forward({&in2, 1}, *r.ctx), Error);
   EXPECT_EQ(st->n_past(), 0);
 }
 

@@ -1,14 +1,19 @@
-// The per-layer math of qwen35moe / clover_moe (../shared/qwen35moe-notes.md section 2):
-// Gated DeltaNet, gated attention, and the routed + shared mixture of experts.
+// The CPU executor's per-layer math of qwen35moe / clover_moe (docs/model.md): Gated DeltaNet,
+// gated attention, and the routed + shared mixture of experts.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/executor.h"
+#include "backends/cpu/state.h"
 #include "base/error.h"
 #include "base/fp16.h"
-#include "model/model.h"
 
-namespace crossword::model {
+namespace crossword::backends::cpu {
+
+using model::LayerWeights;
+using model::PassKind;
+using model::SequenceInput;
 
 namespace {
 
@@ -24,8 +29,9 @@ void GdnDenoiseState(const float* committed_conv, const float* committed_ssm, in
 
 }  // namespace
 
-void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
-                     std::span<const SeqSpan> spans, ForwardContext& ctx, ThreadPool& pool) const {
+void CpuExecutor::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
+                           std::span<const SeqSpan> spans, CpuContext& ctx) const {
+  ThreadPool& pool = *pool_;
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
@@ -36,23 +42,23 @@ void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
   const int64_t d_inner = hp_.ssm_d_inner;
   const int n_v = hp_.ssm_n_v_heads;
   const int64_t ds = hp_.ssm_d_state;
-  float* qkv = f + at.qkv;  // [T][conv_dim]
-  float* z = f + at.z;      // [T][d_inner]
-  float* ab = f + at.ab;    // [T][2 n_v]: beta logits then alpha
-  float* conv = f + at.conv;
-  float* o = f + at.o;
-  float* g = f + at.g;
-  float* beta = f + at.beta;
+  float* qkv = f + at.gdn_qkv;        // [T][conv_dim]
+  float* z = f + at.gdn_z;            // [T][d_inner]
+  float* ab = f + at.gdn_beta_alpha;  // [T][2 n_v]: beta logits then alpha
+  float* conv = f + at.gdn_conv;
+  float* o = f + at.gdn_out;
+  float* g = f + at.gdn_decay;
+  float* beta = f + at.gdn_beta;
 
   // Projections qkv, z, beta, alpha of the normed input, in one parallel region.
-  const float* h = f + at.h;
+  const float* h = f + at.normed;
   auto& jobs = ctx.jobs_;
   jobs.clear();
   // Prepare each distinct activation format once.
   bool prepared[5] = {false, false, false, false, false};
   for (const kernels::Matrix* m : {&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha}) {
     const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
-    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, total, E, E, pool);
+    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, total, E, E);
     prepared[fi] = true;
   }
   auto job = [&](const kernels::Matrix& m, float* y, int64_t ldy) {
@@ -82,7 +88,7 @@ void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SequenceInput& in = seqs[s];
     const SeqSpan& sp = spans[s];
-    SequenceState& st = *in.state;
+    CpuState& st = static_cast<CpuState&>(*in.state);
     float* conv_state = st.conv_state(r);
     float* ssm_state = st.ssm_state(r);
     if (in.kind == PassKind::kDenoise) {
@@ -92,7 +98,7 @@ void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
       conv_state = scratch;
       ssm_state = scratch + st.conv_floats();
     }
-    SequenceState::Record rec{};
+    CpuState::Record rec{};
     if (in.record) {
       rec = st.record(r);
       std::memcpy(rec.conv0, conv_state, sizeof(float) * st.conv_floats());
@@ -149,14 +155,13 @@ void Model::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
     kernels::Silu(zrow, zrow, d_inner);
     kernels::Mul(orow, zrow, orow, d_inner);
   }
-  kernels::Activations& ao =
-      Prepare(ctx.acts_main_, L.ssm_out.type, o, total, d_inner, d_inner, pool);
-  kernels::MatMul(L.ssm_out, ao, f + at.cur, E, pool);
+  kernels::Activations& ao = Prepare(ctx.acts_main_, L.ssm_out.type, o, total, d_inner, d_inner);
+  kernels::MatMul(L.ssm_out, ao, f + at.block_out, E, pool);
 }
 
-void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seqs,
-                           std::span<const SeqSpan> spans, ForwardContext& ctx,
-                           ThreadPool& pool) const {
+void CpuExecutor::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seqs,
+                                 std::span<const SeqSpan> spans, CpuContext& ctx) const {
+  ThreadPool& pool = *pool_;
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
@@ -165,16 +170,16 @@ void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seq
   const int64_t hd = hp_.head_dim;
   const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hd;
   const int64_t kv_dim = static_cast<int64_t>(hp_.n_head_kv) * hd;
-  float* qg = f + at.qg;  // [T][n_head][q (hd) | gate (hd)]
-  float* kk = f + at.kk;  // [T][kv_dim]
-  float* vv = f + at.vv;
-  float* ao = f + at.ao;  // [T][q_dim]
-  const float* h = f + at.h;
+  float* qg = f + at.attn_q_gate;  // [T][n_head][q (hd) | gate (hd)]
+  float* kk = f + at.attn_k;       // [T][kv_dim]
+  float* vv = f + at.attn_v;
+  float* ao = f + at.attn_out;  // [T][q_dim]
+  const float* h = f + at.normed;
 
   bool prepared[5] = {false, false, false, false, false};
   for (const kernels::Matrix* m : {&L.attn_q, &L.attn_k, &L.attn_v}) {
     const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
-    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, total, E, E, pool);
+    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, total, E, E);
     prepared[fi] = true;
   }
   auto& jobs = ctx.jobs_;
@@ -195,7 +200,7 @@ void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seq
 
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SeqSpan& sp = spans[s];
-    SequenceState& st = *seqs[s].state;
+    CpuState& st = static_cast<CpuState&>(*seqs[s].state);
     // Per-head RMSNorm of q and k, then NeoX rope on the first n_rot dims (text-only IMROPE).
     for (int64_t t = 0; t < sp.T; ++t) {
       const int64_t row = sp.row0 + t;
@@ -256,12 +261,12 @@ void Model::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seq
       kernels::Mul(ao + t * q_dim + head * hd, gate, ao + t * q_dim + head * hd, hd);
     }
   }
-  kernels::Activations& x =
-      Prepare(ctx.acts_main_, L.attn_output.type, ao, total, q_dim, q_dim, pool);
-  kernels::MatMul(L.attn_output, x, f + at.cur, E, pool);
+  kernels::Activations& x = Prepare(ctx.acts_main_, L.attn_output.type, ao, total, q_dim, q_dim);
+  kernels::MatMul(L.attn_output, x, f + at.block_out, E, pool);
 }
 
-void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) const {
+void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
+  ThreadPool& pool = *pool_;
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
   int32_t* iv = ctx.i_.data();
@@ -270,19 +275,19 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
   const int k = hp_.n_expert_used;
   const int n_expert = hp_.n_expert;
   const int64_t n_ff = std::max(hp_.n_ff_exp, hp_.n_ff_shexp);  // row stride of hg / hu
-  const float* h = f + at.h;
-  float* router = f + at.router;
-  float* topk_w = f + at.topk_w;
-  int32_t* topk_ids = iv + at.topk_ids;
+  const float* h = f + at.normed;
+  float* router = f + at.router_logits;
+  float* topk_w = f + at.expert_weights;
+  int32_t* topk_ids = iv + at.expert_ids;
   int32_t* rows_x = iv + at.rows_x;
   int32_t* rows_y = iv + at.rows_y;
-  int32_t* counts = iv + at.counts;
-  int32_t* offsets = iv + at.offsets;
-  float* hg = f + at.hg;  // [T*k routed rows | T shared rows][n_ff]
-  float* hu = f + at.hu;
-  float* down = f + at.down;  // [T*k][E]
-  float* sh = f + at.sh;      // [T][E]
-  float* cur = f + at.cur;
+  int32_t* counts = iv + at.expert_counts;
+  int32_t* offsets = iv + at.expert_offsets;
+  float* hg = f + at.expert_gate;  // [T*k routed rows | T shared rows][n_ff]
+  float* hu = f + at.expert_up;
+  float* down = f + at.expert_down;  // [T*k][E]
+  float* sh = f + at.shared_down;    // [T][E]
+  float* cur = f + at.block_out;
   const bool shared = hp_.n_expert_shared > 0;
 
   bool prepared[5] = {false, false, false, false, false};
@@ -290,7 +295,7 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
                                    &L.ffn_gate_shexp, &L.ffn_up_shexp}) {
     if (!m->data) continue;
     const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
-    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, T, E, E, pool);
+    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, T, E, E);
     prepared[fi] = true;
   }
   auto acts = [&](std::vector<kernels::Activations>& v, const kernels::Matrix& m) {
@@ -357,7 +362,7 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
 
   // down projections: routed rows (t*k + slot) in place, shared rows into sh.
   kernels::Activations& a_ff =
-      Prepare(ctx.acts_ff_, L.ffn_down_exps.first.type, hg, T * k, hp_.n_ff_exp, n_ff, pool);
+      Prepare(ctx.acts_ff_, L.ffn_down_exps.first.type, hg, T * k, hp_.n_ff_exp, n_ff);
   jobs.clear();
   for (int e = 0; e < n_expert; ++e) {
     const int32_t n = offsets[e + 1] - offsets[e];
@@ -373,8 +378,8 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
     jobs.push_back(j);
   }
   if (shared) {
-    kernels::Activations& a_sh = Prepare(ctx.acts_main_, L.ffn_down_shexp.type, hg + T * k * n_ff,
-                                         T, hp_.n_ff_shexp, n_ff, pool);
+    kernels::Activations& a_sh =
+        Prepare(ctx.acts_main_, L.ffn_down_shexp.type, hg + T * k * n_ff, T, hp_.n_ff_shexp, n_ff);
     kernels::MatMulJob j;
     j.w = L.ffn_down_shexp;
     j.x = &a_sh;
@@ -401,4 +406,4 @@ void Model::MoeLayer(int il, int64_t T, ForwardContext& ctx, ThreadPool& pool) c
   }
 }
 
-}  // namespace crossword::model
+}  // namespace crossword::backends::cpu

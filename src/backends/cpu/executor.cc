@@ -1,0 +1,275 @@
+// The CPU executor: construction (pool, tile copies), forward-context sizing, and the forward
+// pass orchestration (embedding, layer loop, output head). The per-layer math is in layers.cc.
+#include "backends/cpu/executor.h"
+
+#include <unistd.h>  // sysconf: physical memory for the repack budget
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <thread>
+
+#include "backends/cpu/repack.h"
+#include "backends/cpu/state.h"
+#include "base/error.h"
+#include "core/quant.h"
+
+namespace crossword::backends::cpu {
+
+using model::LayerWeights;
+using model::LogitRows;
+using model::PassKind;
+using model::SequenceInput;
+
+CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOptions& options)
+    : model_(std::move(model)),
+      hp_(model_->hparams()),
+      w_(model_->weights()),
+      logger_(options.logger) {
+  int threads = options.threads;
+  if (threads < 0) Fail("cpu executor: --threads must be >= 0 (got {})", threads);
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  pool_ = std::make_unique<ThreadPool>(threads);
+  if (options.repack) {
+    // A quarter of physical memory: a copy that large still leaves room for the mapping itself.
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const size_t budget =
+        pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
+    RepackWeights(w_, budget, logger_, pool_.get());
+  } else {
+    logger_.Info(
+        "weights not repacked (--no-repack): passes of 4+ rows repack Q8_0/Q4_0 tiles on the fly");
+  }
+  int n_rec = 0, n_att = 0;
+  for (int il = 0; il < hp_.n_layer; ++il)
+    layer_slot_.push_back(hp_.recurrent[il] ? n_rec++ : n_att++);
+  // Every activation format some matrix needs, so contexts reserve exactly those.
+  auto add = [&](const kernels::Matrix& mat) {
+    if (!mat.data) return;
+    const kernels::ActFormat f = kernels::ActFormatFor(mat.type);
+    if (std::find(formats_.begin(), formats_.end(), f) == formats_.end()) formats_.push_back(f);
+  };
+  add(w_.output);
+  for (const LayerWeights& L : w_.layers) {
+    for (const kernels::Matrix* mat : L.DenseMatrices()) add(*mat);
+    for (const model::ExpertTensor* e : L.ExpertStacks()) add(e->first);
+  }
+}
+
+std::string CpuExecutor::Describe() const {
+  return fmt::format("CPU {}{}", kernels::CurrentTargetName(), repacked() ? " tiles" : "");
+}
+
+std::unique_ptr<model::SequenceState> CpuExecutor::NewState(
+    const model::StateOptions& options) const {
+  return std::make_unique<CpuState>(*this, hp_, options, *pool_);
+}
+
+std::unique_ptr<model::ForwardContext> CpuExecutor::NewContext(
+    const model::ContextOptions& options) const {
+  return std::make_unique<CpuContext>(*this, options);
+}
+
+CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions& options)
+    : model::ForwardContext(executor, options) {
+  const model::Hparams& hp = executor.hparams();
+  if (options.max_tokens < 1 || options.max_seqs < 1 || options.max_logit_rows < 1) {
+    Fail("forward context: max_tokens, max_seqs and max_logit_rows must be >= 1");
+  }
+  const int64_t T = options.max_tokens;
+  const int64_t k = hp.n_expert_used;
+  const int64_t n_ff = std::max(hp.n_ff_exp, hp.n_ff_shexp);
+  const int64_t q_dim = static_cast<int64_t>(hp.n_head) * hp.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(hp.n_head_kv) * hp.head_dim;
+  const int64_t logit_rows = options.max_logit_rows;
+  n_vocab_ = hp.n_vocab;
+  size_t off = 0;
+  auto take = [&off](int64_t n) {
+    const size_t at = off;
+    off += (static_cast<size_t>(n) + 15) & ~size_t{15};  // 64-byte aligned chunks
+    return at;
+  };
+  at_.residual = take(T * hp.n_embd);
+  at_.normed = take(T * hp.n_embd);
+  at_.block_out = take(T * hp.n_embd);
+  at_.gdn_qkv = take(T * hp.conv_dim());
+  at_.gdn_z = take(T * hp.ssm_d_inner);
+  at_.gdn_beta_alpha = take(T * 2 * hp.ssm_n_v_heads);
+  at_.gdn_conv = take(T * hp.conv_dim());
+  at_.gdn_out = take(T * hp.ssm_d_inner);
+  at_.gdn_decay = take(T * hp.ssm_n_v_heads);
+  at_.gdn_beta = take(T * hp.ssm_n_v_heads);
+  at_.attn_q_gate = take(T * 2 * q_dim);
+  at_.attn_k = take(T * kv_dim);
+  at_.attn_v = take(T * kv_dim);
+  at_.attn_out = take(T * q_dim);
+  at_.router_logits = take(T * hp.n_expert);
+  at_.expert_weights = take(T * k);
+  at_.expert_gate = take(T * (k + 1) * n_ff);
+  at_.expert_up = take(T * (k + 1) * n_ff);
+  at_.expert_down = take(T * k * hp.n_embd);
+  at_.shared_down = take(T * hp.n_embd);
+  at_.output_normed = take(logit_rows * hp.n_embd);
+  at_.logits = take(logit_rows * hp.n_vocab);
+  gdn_scratch_floats_ = static_cast<int64_t>(hp.ssm_d_conv - 1) * hp.conv_dim() +
+                        static_cast<int64_t>(hp.ssm_n_v_heads) * hp.ssm_d_state * hp.ssm_d_state;
+  at_.gdn_scratch = take(options.max_seqs * gdn_scratch_floats_);
+  f_.assign(off, 0.0f);
+
+  size_t ioff = 0;
+  auto itake = [&ioff](int64_t n) {
+    const size_t at = ioff;
+    ioff += static_cast<size_t>(n);
+    return at;
+  };
+  at_.expert_ids = itake(T * k);
+  at_.rows_x = itake(T * k);
+  at_.rows_y = itake(T * k);
+  at_.expert_counts = itake(hp.n_expert);
+  at_.expert_offsets = itake(hp.n_expert + 1);
+  i_.assign(ioff, 0);
+
+  const int64_t main_in = std::max({hp.n_embd, hp.ssm_d_inner, q_dim, hp.n_ff_shexp});
+  acts_main_.resize(5);
+  acts_ff_.resize(5);
+  for (kernels::ActFormat f : executor.activation_formats()) {
+    acts_main_[static_cast<int>(f)].Reserve(std::max(T, logit_rows), main_in);
+    acts_ff_[static_cast<int>(f)].Reserve(T * k, hp.n_ff_exp);
+  }
+  jobs_.reserve(2 * static_cast<size_t>(hp.n_expert) + 4);
+  seq_logit_offset_.assign(options.max_seqs, 0);
+  seq_logit_count_.assign(options.max_seqs, 0);
+}
+
+int64_t CpuContext::n_logit_rows(int s) const {
+  if (s < 0 || s >= static_cast<int>(seq_logit_count_.size()))
+    Fail("logits: no sequence {} in the last pass", s);
+  return seq_logit_count_[s];
+}
+
+std::span<const float> CpuContext::logits(int s) const {
+  if (s < 0 || s >= static_cast<int>(seq_logit_count_.size()))
+    Fail("logits: no sequence {} in the last pass", s);
+  const float* base = f_.data() + at_.logits;
+  return {base + seq_logit_offset_[s] * n_vocab_,
+          static_cast<size_t>(seq_logit_count_[s] * n_vocab_)};
+}
+
+kernels::Activations& CpuExecutor::Prepare(std::vector<kernels::Activations>& acts, GgmlType type,
+                                           const float* x, int64_t rows, int64_t n_in,
+                                           int64_t ldx) const {
+  kernels::Activations& a = acts[static_cast<int>(kernels::ActFormatFor(type))];
+  kernels::PrepareActivations(type, x, rows, n_in, ldx, a, *pool_);
+  return a;
+}
+
+void CpuExecutor::EmbedTokens(std::span<const SequenceInput> seqs, CpuContext& ctx) const {
+  float* x = ctx.F(ctx.at_.residual);
+  int64_t row = 0;
+  for (const SequenceInput& in : seqs) {
+    for (int32_t tok : in.tokens) {
+      const std::byte* src = w_.token_embd + static_cast<size_t>(tok) * w_.token_embd_row_bytes;
+      DequantizeRow(w_.token_embd_type, src, x + row * hp_.n_embd, hp_.n_embd);
+      ++row;
+    }
+  }
+}
+
+void CpuExecutor::Forward(std::span<const SequenceInput> seqs, model::ForwardContext& base_ctx,
+                          model::ForwardObserver* observer) const {
+  // Validate everything before any state changes (the executor check makes the casts safe).
+  model::ValidateBatch(*this, seqs, base_ctx);
+  CpuContext& ctx = static_cast<CpuContext&>(base_ctx);
+  std::array<SeqSpan, 64> span_storage;
+  std::vector<SeqSpan> span_heap;  // only for > 64 sequences (a configuration choice, not per pass)
+  SeqSpan* spans = span_storage.data();
+  if (seqs.size() > span_storage.size()) {
+    span_heap.resize(seqs.size());
+    spans = span_heap.data();
+  }
+  int64_t total = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t T = static_cast<int64_t>(seqs[s].tokens.size());
+    spans[s] = SeqSpan{total, T, seqs[s].state->n_past()};
+    total += T;
+  }
+  const std::span<const SeqSpan> sp(spans, seqs.size());
+
+  const int64_t E = hp_.n_embd;
+  // Named intermediates (docs/model.md, "Named intermediates"): [total][E] unless stated.
+  auto emit = [observer](std::string_view name, int layer, const float* data, int64_t rows,
+                         int64_t cols) {
+    if (observer && observer->Wants(name, layer))
+      observer->OnTensor(model::TensorView{name, layer, rows, cols, data});
+  };
+  EmbedTokens(seqs, ctx);
+  float* x = ctx.F(ctx.at_.residual);
+  float* h = ctx.F(ctx.at_.normed);
+  float* cur = ctx.F(ctx.at_.block_out);
+  emit("inp_embd", -1, x, total, E);
+  for (int il = 0; il < hp_.n_layer; ++il) {
+    const LayerWeights& L = w_.layers[il];
+    for (int64_t t = 0; t < total; ++t)
+      kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
+    emit("attn_norm", il, h, total, E);
+    if (L.recurrent) {
+      GdnLayer(il, layer_slot_[il], seqs, sp, ctx);
+      emit("gdn_out", il, cur, total, E);
+    } else {
+      AttentionLayer(il, layer_slot_[il], seqs, sp, ctx);
+      emit("attn_out", il, cur, total, E);
+    }
+    kernels::Add(x, cur, x, total * E);
+    emit("ffn_inp", il, x, total, E);
+    for (int64_t t = 0; t < total; ++t) {
+      kernels::RmsNorm(x + t * E, L.post_attention_norm.data(), h + t * E, E, hp_.rms_eps);
+    }
+    emit("ffn_norm", il, h, total, E);
+    MoeLayer(il, total, ctx);
+    emit("ffn_out", il, cur, total, E);
+    kernels::Add(x, cur, x, total * E);
+    emit("l_out", il, x, total, E);
+  }
+  Output(seqs, sp, ctx);
+  if (observer) {
+    int64_t rows = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) rows += ctx.seq_logit_count_[s];
+    emit("result_norm", -1, ctx.F(ctx.at_.output_normed), rows, E);
+    emit("result_output", -1, ctx.F(ctx.at_.logits), rows, hp_.n_vocab);
+  }
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    if (seqs[s].kind == PassKind::kCausal) seqs[s].state->Advance(sp[s].T, seqs[s].record);
+  }
+}
+
+void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
+                         CpuContext& ctx) const {
+  const int64_t E = hp_.n_embd;
+  const float* x = ctx.F(ctx.at_.residual);
+  float* outh = ctx.F(ctx.at_.output_normed);
+  int64_t n = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SeqSpan& span = spans[s];
+    ctx.seq_logit_offset_[s] = n;
+    int64_t first = span.T, count = 0;
+    if (seqs[s].logits == LogitRows::kAll) {
+      first = 0;
+      count = span.T;
+    } else if (seqs[s].logits == LogitRows::kLast) {
+      first = span.T - 1;
+      count = 1;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      kernels::RmsNorm(x + (span.row0 + first + i) * E, w_.output_norm.data(), outh + (n + i) * E,
+                       E, hp_.rms_eps);
+    }
+    ctx.seq_logit_count_[s] = count;
+    n += count;
+  }
+  for (size_t s = seqs.size(); s < ctx.seq_logit_count_.size(); ++s) ctx.seq_logit_count_[s] = 0;
+  if (n == 0) return;
+  kernels::Activations& a = Prepare(ctx.acts_main_, w_.output.type, outh, n, E, E);
+  kernels::MatMul(w_.output, a, ctx.F(ctx.at_.logits), hp_.n_vocab, *pool_);
+}
+
+}  // namespace crossword::backends::cpu

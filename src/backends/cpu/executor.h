@@ -1,0 +1,139 @@
+// The CPU executor: forward passes of a Model on this machine's cores with the Highway kernels
+// (src/kernels), on a ThreadPool the executor owns. Implements model/forward.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/log.h"
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "model/forward.h"
+#include "model/model.h"
+
+namespace crossword::backends::cpu {
+
+struct CpuOptions {
+  int threads = 0;  ///< 0: all hardware threads
+  /// Keep a copy of the Q8_0/Q4_0 matrices in the multi-row kernel's tile layout (RepackWeights)
+  /// when it fits in a quarter of physical memory; --no-repack turns it off. Same results.
+  bool repack = true;
+  Logger logger;
+};
+
+class CpuExecutor;
+
+/// Scratch of CPU forward passes: one float arena and one int32 arena, sized once from the model
+/// and the options (every buffer below, in floats or int32 elements; T = max_tokens,
+/// k = n_expert_used, R = max_logit_rows), plus the activation buffers of each format the
+/// model's matrices consume.
+class CpuContext final : public model::ForwardContext {
+ public:
+  CpuContext(const CpuExecutor& executor, const model::ContextOptions& options);
+  std::span<const float> logits(int s) const override;
+  int64_t n_logit_rows(int s) const override;
+
+ private:
+  friend class CpuExecutor;
+  float* F(size_t offset) { return f_.data() + offset; }
+  int32_t* I(size_t offset) { return i_.data() + offset; }
+
+  std::vector<float> f_;  // one arena for every float buffer
+  std::vector<int32_t> i_;
+  std::vector<kernels::Activations> acts_main_, acts_ff_;  // indexed by ActFormat
+  std::vector<int64_t> seq_logit_offset_, seq_logit_count_;
+  int64_t n_vocab_ = 0;
+  // Offsets into f_ (floats) and i_ (int32), set up by the constructor. Row t is token t of the
+  // batch; [a][b] is row-major.
+  struct Layout {
+    size_t residual;        ///< [T][n_embd] the residual stream (embeddings, then layer outputs)
+    size_t normed;          ///< [T][n_embd] RMSNorm of the residual, the input of a sub-block
+    size_t block_out;       ///< [T][n_embd] output of the attention/GDN or MoE sub-block
+    size_t gdn_qkv;         ///< [T][conv_dim] GDN projection [q | k | v] before the conv
+    size_t gdn_z;           ///< [T][d_inner] GDN output gate logits z
+    size_t gdn_beta_alpha;  ///< [T][2 n_v_heads] beta logits, then alpha, per token
+    size_t gdn_conv;        ///< [T][conv_dim] conv + SiLU output, q and k L2-normalized
+    size_t gdn_out;         ///< [T][d_inner] delta-rule output, then gated-normed
+    size_t gdn_decay;       ///< [T][n_v_heads] g = softplus(alpha + dt_bias) * ssm_a (<= 0)
+    size_t gdn_beta;        ///< [T][n_v_heads] sigmoid(beta logits)
+    size_t attn_q_gate;     ///< [T][n_head][q (head_dim) | gate (head_dim)]
+    size_t attn_k;          ///< [T][n_head_kv * head_dim]
+    size_t attn_v;          ///< [T][n_head_kv * head_dim]
+    size_t attn_out;        ///< [T][n_head * head_dim] attention output, then output-gated
+    size_t router_logits;   ///< [T][n_expert]
+    size_t expert_weights;  ///< [T][k] renormalized top-k router probabilities
+    size_t expert_gate;     ///< [T*k routed rows | T shared rows][n_ff] gate, then SiLU(gate)*up
+    size_t expert_up;       ///< [T*k + T][n_ff] up projections
+    size_t expert_down;     ///< [T*k][n_embd] routed experts' down projections, row t*k + slot
+    size_t shared_down;     ///< [T][n_embd] shared expert's down projection
+    size_t output_normed;   ///< [R][n_embd] final RMSNorm of the rows that get logits
+    size_t logits;          ///< [R][n_vocab]
+    size_t gdn_scratch;     ///< [max_seqs][(K-1) conv_dim + n_v_heads d_state^2] denoise state
+    size_t expert_ids;      ///< int32 [T][k] selected experts
+    size_t rows_x;          ///< int32 [T*k] grouped by expert: input row (token)
+    size_t rows_y;          ///< int32 [T*k] grouped by expert: output row (t*k + slot)
+    size_t expert_counts;   ///< int32 [n_expert]
+    size_t expert_offsets;  ///< int32 [n_expert + 1] start of each expert's group
+  } at_{};
+  std::vector<kernels::MatMulJob> jobs_;  // capacity reserved: 2 * n_expert + 4
+  int64_t gdn_scratch_floats_ = 0;
+};
+
+/// Runs forward passes on the CPU. Owns its ThreadPool (used by Forward and by its states'
+/// RollbackTo, one at a time) and its own view of the weights with the tile-layout copies.
+class CpuExecutor final : public model::Executor {
+ public:
+  /// Builds the pool and (options.repack) the tile copies. Throws crossword::Error on bad options.
+  CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOptions& options);
+
+  const model::Model& model() const override { return *model_; }
+  std::string_view name() const override { return "cpu"; }
+  /// "CPU <Highway target>[ tiles]": the SIMD target, and whether the Q8_0/Q4_0 matrices have
+  /// their tile copy (both change the speed).
+  std::string Describe() const override;
+  int host_threads() const override { return pool_->size(); }
+  std::unique_ptr<model::SequenceState> NewState(const model::StateOptions& options) const override;
+  std::unique_ptr<model::ForwardContext> NewContext(
+      const model::ContextOptions& options) const override;
+  void Forward(std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx,
+               model::ForwardObserver* observer = nullptr) const override;
+
+  /// The weights this executor multiplies: the model's, plus tile-layout copies when repacked.
+  const model::Weights& weights() const { return w_; }
+  /// Whether the Q8_0/Q4_0 matrices have their tile-layout copy.
+  bool repacked() const { return w_.packed_storage != nullptr; }
+  /// Activation formats the model's matrices consume (what a CpuContext reserves).
+  const std::vector<kernels::ActFormat>& activation_formats() const { return formats_; }
+
+ private:
+  // Rows [row0, row0 + T) of the batch buffers belong to one sequence at committed length n_past.
+  struct SeqSpan {
+    int64_t row0 = 0;
+    int64_t T = 0;
+    int64_t n_past = 0;
+  };
+  void EmbedTokens(std::span<const model::SequenceInput> seqs, CpuContext& ctx) const;
+  void GdnLayer(int il, int recurrent_index, std::span<const model::SequenceInput> seqs,
+                std::span<const SeqSpan> spans, CpuContext& ctx) const;
+  void AttentionLayer(int il, int attention_index, std::span<const model::SequenceInput> seqs,
+                      std::span<const SeqSpan> spans, CpuContext& ctx) const;
+  void MoeLayer(int il, int64_t T, CpuContext& ctx) const;
+  void Output(std::span<const model::SequenceInput> seqs, std::span<const SeqSpan> spans,
+              CpuContext& ctx) const;
+  kernels::Activations& Prepare(std::vector<kernels::Activations>& acts, GgmlType type,
+                                const float* x, int64_t rows, int64_t n_in, int64_t ldx) const;
+
+  std::shared_ptr<const model::Model> model_;
+  const model::Hparams& hp_;
+  model::Weights w_;  // the model's views plus this executor's tile copies
+  Logger logger_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<int> layer_slot_;              // il -> index among recurrent or attention layers
+  std::vector<kernels::ActFormat> formats_;  // activation formats any weight needs
+};
+
+}  // namespace crossword::backends::cpu
