@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -120,9 +121,13 @@ void Server::Impl::Setup() {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string auth = req.get_header_value("Authorization");
-    const std::string bearer = "Bearer ";
-    if (auth.compare(0, bearer.size(), bearer) == 0 &&
-        SameSecret(auth.substr(bearer.size()), options.api_key)) {
+    // RFC 9110 section 11.1: the scheme is case-insensitive ("bearer", "BEARER").
+    constexpr std::string_view kBearer = "bearer ";
+    const bool is_bearer =
+        auth.size() >= kBearer.size() &&
+        std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
+                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+    if (is_bearer && SameSecret(auth.substr(kBearer.size()), options.api_key)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     SendError(res, ApiError(401, "invalid_request_error", "",

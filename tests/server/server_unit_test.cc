@@ -412,6 +412,47 @@ TEST(Scheduler, FollowUpResumesFromTheLiveStateOrACheckpointAndMatchesColdRuns) 
   EXPECT_EQ(rc.tokens, Alone(c, p));
 }
 
+TEST(Scheduler, ACallerStopIsAStopNotACancellation) {
+  // A stop string ends the request through on_token returning false: finish "stop", counted as
+  // finished (issue 24: it was logged and counted as cancelled). Cancel() stays a cancellation.
+  engine::Scheduler s(TheEngine(), Options(1));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<engine::RequestOutcome> outcomes;
+  auto submit = [&](bool stop_by_token) {
+    engine::ScheduledRequest q;
+    q.prompt = Prompt("count to ten");
+    q.params = Params(decode::Mode::kAr, 30);
+    auto n = std::make_shared<int>(0);
+    q.on_token = [n, stop_by_token](int32_t, std::span<const float>) {
+      return !(stop_by_token && ++*n == 3);
+    };
+    q.on_done = [&](const engine::RequestOutcome& o) {
+      std::lock_guard lk(mu);
+      outcomes.push_back(o);
+      cv.notify_all();
+    };
+    return s.Submit(std::move(q));
+  };
+  submit(true);
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return outcomes.size() == 1; });
+  }
+  EXPECT_EQ(outcomes[0].finish, decode::FinishReason::kStop);
+  EXPECT_EQ(outcomes[0].output.size(), 3u);
+  auto h = submit(false);
+  h->Cancel();
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return outcomes.size() == 2; });
+  }
+  EXPECT_EQ(outcomes[1].finish, decode::FinishReason::kCancelled);
+  const engine::SchedulerMetrics m = s.Metrics();
+  EXPECT_EQ(m.requests_finished, 1);
+  EXPECT_EQ(m.requests_cancelled, 1);
+}
+
 TEST(Scheduler, CancellingAQueuedRequestLeavesTheRunningOneAlone) {
   engine::Scheduler s(TheEngine(), Options(1));
   Runner run(s);
