@@ -312,6 +312,10 @@ bool Scheduler::Step() {
         s.cache.AddCheckpoint(*s.state);
         ++s.next_target;
       }
+      if (options_.on_prefill) {
+        options_.on_prefill(s.index, s.state->n_past() - s.cached, s.prompt_size() - s.cached,
+                            Seconds(s.admitted, Clock::now()));
+      }
       if (s.state->n_past() + 1 == s.prompt_size()) StartGeneration(s);
       continue;
     }

@@ -34,6 +34,10 @@ struct SchedulerOptions {
   /// seconds since its previous emission (first: since it got its slot). For latency histograms;
   /// must be quick and must not throw.
   std::function<void(int64_t tokens, bool first, double seconds)> on_emit;
+  /// Optional: called on the scheduler thread after each prefill pass of a request, with its
+  /// slot, the prompt tokens evaluated so far and in all (cached ones excluded) and the seconds
+  /// since it got its slot: progress of long prompts (serve logs it). Quick, must not throw.
+  std::function<void(int slot, int64_t done, int64_t total, double seconds)> on_prefill;
 };
 
 /// How a request ended, reported once to its on_done callback.
