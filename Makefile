@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build install run test test-asan fuzz bench train-tiny clean
+.PHONY: deps configure build install run test test-asan test-sanitizers fuzz bench train-tiny clean
 
 deps:
 	@scripts/install-deps
@@ -28,6 +28,24 @@ test: build
 
 test-asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan CMAKE_FLAGS="-DCROSSWORD_ASAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+
+# The tests where threads share state under ASan/UBSan (build-asan: every test labelled server:
+# HTTP threads, the scheduler and its slots, the prompt cache, metrics; the ThreadPool tests) and
+# under TSan (build-tsan: the unit tests and the concurrent end-to-end ones, TSan being ~10x
+# slower). Run by .ci/run after `make test`, outside its 10 minutes.
+TSAN_TESTS ?= ^(server_(concurrency|hostile|drain|errors)|Scheduler|Api|OutputStream|StopFilter|RenderMetrics|RequestMetrics|ParseMetricsCompat|Histogram|ThreadPool)
+test-sanitizers: deps
+	@for s in asan tsan; do \
+	  flag=$$(echo $$s | tr a-z A-Z); \
+	  cmake -S . -B build-$$s -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCROSSWORD_$$flag=ON >/dev/null && \
+	  cmake --build build-$$s -j$(JOBS) --target crossword server_unit_test server_metrics_unit_test \
+	    core_test || exit 1; \
+	done
+	@cd build-asan && UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
+	  ctest --output-on-failure -j$(JOBS) --timeout 900 -L server && \
+	  ctest --output-on-failure --timeout 300 -R '^ThreadPool'
+	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --output-on-failure -j$(JOBS) --timeout 900 -R '$(TSAN_TESTS)'
 
 # libFuzzer run of the GGUF reader (clang, ASan/UBSan) on a corpus seeded with synthesized files.
 FUZZ_SECONDS ?= 60

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/fp16.h"
 #include "base/json_gate.h"
+#include "base/log.h"
 #include "base/mapped_file.h"
 #include "base/utf8.h"
 
@@ -161,6 +162,20 @@ TEST(JsonGate, MemberCountIsBounded) {
   const auto e = JsonLimitError("[1,2,3,4,5,6,7,8,9,10,11,12]", lim);
   ASSERT_TRUE(e.has_value());
   EXPECT_NE(e->find("more than 10 array elements"), std::string::npos) << *e;
+}
+
+TEST(Logger, ControlBytesCannotForgeOrRecolourLines) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  const Logger log(LogLevel::kInfo, f);
+  log.Info("GET {} 404", "/v1/x\ncrossword: error: FORGED\x1b[31m\r\x7f\tend");
+  std::rewind(f);
+  char buf[512] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  EXPECT_EQ(
+      std::string(buf, n),
+      "crossword: info: GET /v1/x\\x0acrossword: error: FORGED\\x1b[31m\\x0d\\x7f\tend 404\n");
 }
 
 }  // namespace

@@ -14,7 +14,9 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kSilent = 4 
 LogLevel ParseLogLevel(std::string_view name);
 
 /// Writes "crossword: <level>: message" lines to `out` (stderr by default) when the message's
-/// level is at least `min_level`. Cheap to copy; thread-safe per line (one fwrite per message).
+/// level is at least `min_level`. Control bytes in a message (newlines, ESC, ...; tab excepted)
+/// are written as \xNN: a message is always exactly one line. Cheap to copy; thread-safe per line
+/// (one fwrite per message).
 class Logger {
  public:
   Logger() : Logger(LogLevel::kInfo, stderr) {}

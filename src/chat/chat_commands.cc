@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json_gate.h"
 #include "chat/template.h"
 #include "gguf/gguf.h"
 
@@ -26,6 +27,7 @@ std::string ReadFile(const std::string& path, const char* what) {
 
 Json ReadJson(const std::string& path, const char* what) {
   std::string text = ReadFile(path, what);
+  if (auto e = JsonLimitError(text)) Fail("{} file '{}' is {}", what, path, *e);
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   Check(!j.is_discarded(), "{} file '{}' is not valid JSON", what, path);
   return j;
@@ -39,6 +41,29 @@ std::string SpecialToken(const gguf::File& file, std::string_view key) {
   auto strings = tokens->StringArray();
   if (!strings || *id >= strings->size()) return "";
   return std::string((*strings)[*id]);
+}
+
+// Tool-call arguments sent as JSON text (OpenAI's shape) become objects, as the server does
+// before rendering (templates iterate over arguments.items()); bad JSON is an error naming the
+// call.
+void ParseToolCallArguments(Json& messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    Json& m = messages[i];
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
+      Json& call = m["tool_calls"][k];
+      if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+        continue;
+      Json& fn = call["function"];
+      if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+      const std::string text = fn["arguments"].get<std::string>();
+      const std::string where = fmt::format("messages[{}].tool_calls[{}].function.arguments", i, k);
+      if (auto e = JsonLimitError(text)) Fail("{} (JSON text) is {}", where, *e);
+      Json args = text.empty() ? Json::object() : Json::parse(text, nullptr, false);
+      Check(args.is_object(), "{} must be a JSON object or its JSON text (got '{}')", where, text);
+      fn["arguments"] = std::move(args);
+    }
+  }
 }
 
 }  // namespace
@@ -78,6 +103,7 @@ std::string RenderTemplateCommand(const TemplateCommandOptions& o) {
   }
   Check(messages.is_array(), "messages in '{}' must be a JSON array, got {}", o.messages_path,
         messages.type_name());
+  ParseToolCallArguments(messages);
   if (!o.tools_path.empty()) tools = ReadJson(o.tools_path, "tools");
   if (o.no_think) kwargs["enable_thinking"] = false;
   Template tpl = Template::Parse(source);

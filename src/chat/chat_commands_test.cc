@@ -91,5 +91,32 @@ TEST_F(TemplateCommandTest, ClearErrors) {
   EXPECT_THROW(RenderTemplateCommand(o), TemplateException);  // the template's own check
 }
 
+TEST_F(TemplateCommandTest, ToolCallArgumentsAsJsonTextRenderLikeObjects) {
+  // OpenAI sends arguments as JSON text; the server parses them before rendering, so must this.
+  const std::string head = R"({"messages":[{"role":"user","content":"Weather?"},
+      {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function",
+       "function":{"name":"w","arguments":)";
+  const std::string tail = R"(}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]})";
+  TemplateCommandOptions o;
+  o.template_path = Write("t.jinja", ReadAsset());
+  o.messages_path = Write("obj.json", head + R"({"city": "Oslo", "days": 2})" + tail);
+  const std::string as_object = RenderTemplateCommand(o);
+  o.messages_path = Write("str.json", head + R"("{\"city\": \"Oslo\", \"days\": 2}")" + tail);
+  EXPECT_EQ(RenderTemplateCommand(o), as_object);
+  EXPECT_NE(as_object.find("Oslo"), std::string::npos) << as_object;
+  o.messages_path = Write("bad.json", head + R"("{\"city\": ")" + tail);
+  try {
+    RenderTemplateCommand(o);
+    ADD_FAILURE() << "bad JSON text in arguments must be an error";
+  } catch (const crossword::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("messages[1].tool_calls[0].function.arguments"),
+              std::string::npos)
+        << e.what();
+  }
+  std::string deep(100000, '[');
+  o.messages_path = Write("deep.json", "[" + deep + "]");
+  EXPECT_THROW(RenderTemplateCommand(o), crossword::Error);  // the depth gate, no stack overflow
+}
+
 }  // namespace
 }  // namespace crossword::chat

@@ -216,6 +216,10 @@ void RunBench(const BenchFlags& f) {
   if (f.n_prompt < 0 || f.n_gen < 0 || f.reps < 1 || f.warmup < 0 || f.block < 2) {
     Fail("bench: need -p >= 0, -n >= 0, -r >= 1, --warmup >= 0, --block >= 2");
   }
+  if (f.n_prompt > kMaxCtx || f.n_gen > kMaxCtx)
+    Fail("bench: -p and -n must be at most {} tokens", kMaxCtx);
+  if (f.n_prompt == 0 && f.n_gen == 0 && !f.passes)
+    Fail("bench: -p 0 and -n 0 leave nothing to measure; give -p N, -n N or --passes");
   // Everything but the result rows goes to stderr in JSON mode, so stdout is one object per line.
   FILE* info = f.output == "json" ? stderr : stdout;
   std::fprintf(info, "load average before: %s\n", LoadAverage().c_str());

@@ -12,9 +12,12 @@ void ModelFlags::Add(CLI::App* cmd, bool model_required) {
   auto* m =
       cmd->add_option("-m,--model", model, "GGUF model file (default: the embedded tiny model)");
   if (model_required) m->required();
-  cmd->add_option("-t,--threads", threads, "threads (default: all cores)");
+  cmd->add_option("-t,--threads", threads,
+                  "threads (default: all cores; more than 4 per hardware thread is refused)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("-c,--ctx-size", n_ctx, "context size in tokens (prompt + answer)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, kMaxCtx));
   cmd->add_flag("--no-mmap", no_mmap, "read the model into RAM instead of mapping it");
   cmd->add_flag("--mlock", mlock, "pin the model in RAM");
   cmd->add_flag(
@@ -90,7 +93,9 @@ void DecodeFlags::Add(CLI::App* cmd) {
 decode::DecodeParams DecodeFlags::Apply(decode::DecodeParams p) const {
   p = decoding.Apply(p);
   decode::CheckDecodeRanges(p, decode::ParamNames::kFlags);
-  if (n_predict < 1) Fail("-n must be >= 1 (got {})", n_predict);
+  // Bounded so that prompt + n_predict cannot overflow (-n 9223372036854775807 made n_ctx < 0).
+  if (n_predict < 1 || n_predict > kMaxPredict)
+    Fail("-n must be in [1, {}] (got {})", kMaxPredict, n_predict);
   p.max_tokens = n_predict;
   if (temperature) p.sampling.temperature = static_cast<float>(*temperature);
   if (top_k) p.sampling.top_k = *top_k;

@@ -9,6 +9,12 @@
 
 namespace crossword::cli {
 
+/// -c at most (16M tokens: beyond any model's training context; bounds the KV allocation asked
+/// for).
+inline constexpr int64_t kMaxCtx = int64_t{1} << 24;
+/// -n at most; prompt + n_predict stays far from int64 overflow.
+inline constexpr int64_t kMaxPredict = (int64_t{1} << 31) - 1;
+
 struct ModelFlags {
   std::string model;
   int threads = 0;

@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, arg_ptrs.data());
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // a command's own exit code (run: 130 after Ctrl-C)
   } catch (const CLI::ParseError& e) {
     // CLI11 prints the message; --help / --version exit 0, every usage error 2 (as other errors).
     return app.exit(e) == 0 ? 0 : 2;

@@ -1,10 +1,14 @@
 // `crossword run`: stream a model's answer to a prompt (plain or through the chat template).
+#include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "base/error.h"
 #include "cli/commands.h"
@@ -20,6 +24,77 @@ struct RunFlags {
   std::string prompt, file, system;
   std::string grammar_file, json_schema_file;
   bool chat = false, no_think = false, stats = false;
+  bool prompt_given = false;  // -p was on the command line (perhaps as "")
+};
+
+// Ctrl-C while `run` generates: the first SIGINT ends the generation between passes (the answer
+// so far, a final newline and the stats line are still printed; exit code 130), a second one exits
+// at once. SIGINT is blocked for every thread created while this lives and taken by one watcher.
+class InterruptWatch {
+ public:
+  InterruptWatch() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+    thread_ = std::thread([this] {
+      const timespec tick{0, 50 * 1000 * 1000};
+      while (!done_.load()) {
+        if (sigtimedwait(&set_, nullptr, &tick) != SIGINT) continue;
+        if (interrupted_.exchange(true)) {
+          std::fputs("\n", stdout);
+          std::fflush(stdout);
+          _exit(130);
+        }
+      }
+    });
+  }
+  ~InterruptWatch() {
+    done_.store(true);
+    thread_.join();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  InterruptWatch(const InterruptWatch&) = delete;
+  InterruptWatch& operator=(const InterruptWatch&) = delete;
+  bool interrupted() const { return interrupted_.load(); }
+
+ private:
+  sigset_t set_, old_;
+  std::atomic<bool> done_{false}, interrupted_{false};
+  std::thread thread_;
+};
+
+// Prompt-processing progress on a terminal (stderr): done/total, rate and time left, redrawn at
+// most 4 times a second while a prompt of more than one prefill chunk is evaluated, erased after.
+class PrefillProgress {
+ public:
+  explicit PrefillProgress(bool enabled) : enabled_(enabled) {}
+  void Update(int64_t done, int64_t total) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total && shown_ && now - last_ < std::chrono::milliseconds(250)) return;
+    if (done >= total && !shown_) return;  // one pass: nothing worth a line
+    last_ = now;
+    const double s = std::chrono::duration<double>(now - t0_).count();
+    const double rate = s > 0 ? static_cast<double>(done) / s : 0.0;
+    const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+    std::fprintf(stderr, "\r\033[Kprompt %lld/%lld tokens (%.0f%%), %.1f tokens/s, ETA %.0f s",
+                 static_cast<long long>(done), static_cast<long long>(total),
+                 100.0 * static_cast<double>(done) / static_cast<double>(total), rate, eta);
+    shown_ = true;
+    if (done >= total) Clear();
+  }
+  void Clear() {
+    if (!shown_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    shown_ = false;
+    enabled_ = false;
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now(), last_;
 };
 
 std::string ReadFile(const std::string& path, const char* what = "prompt") {
@@ -31,8 +106,10 @@ std::string ReadFile(const std::string& path, const char* what = "prompt") {
 }
 
 void Run(const RunFlags& f) {
+  if (f.prompt_given && f.prompt.empty()) Fail("the prompt (-p) is empty; give some text");
   if (f.prompt.empty() == f.file.empty()) Fail("give exactly one of -p TEXT or -f FILE");
   const std::string text = f.file.empty() ? f.prompt : ReadFile(f.file);
+  if (text.empty()) Fail("the prompt file '{}' is empty", f.file);
   // A bad decoding flag fails before the model loads, as in serve: the flags over valid stand-ins
   // for the model's defaults (applied again over the real ones below).
   f.decode.Apply(decode::DecodeParams{});
@@ -44,8 +121,16 @@ void Run(const RunFlags& f) {
   } else if (!f.json_schema_file.empty()) {
     gbnf = grammar::JsonSchemaToGbnf(std::string_view(ReadFile(f.json_schema_file, "schema")));
   }
+  InterruptWatch interrupt;  // before the engine starts its threads: they inherit the mask
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const Logger& log = engine->logger();
+  const int64_t n_train = engine->model().hparams().n_ctx_train;
+  if (n_train > 0 && f.model.n_ctx > n_train) {
+    log.Warn(
+        "-c {} exceeds the {} tokens this model was trained on: answers past {} tokens may "
+        "degrade",
+        f.model.n_ctx, n_train, n_train);
+  }
   decode::DecodeParams params = f.decode.Apply(engine->DefaultDecodeParams());
   std::vector<int32_t> prompt;
   if (f.chat) {
@@ -110,13 +195,20 @@ void Run(const RunFlags& f) {
     std::fflush(stdout);
     return true;
   };
-  decode::Generation gen = engine::RunGeneration(*engine, *state, std::move(prompt), params, sink);
+  PrefillProgress progress(isatty(STDERR_FILENO) && log.Enabled(LogLevel::kInfo));
+  engine::RunHooks hooks;
+  hooks.on_prefill = [&](int64_t done, int64_t total) { progress.Update(done, total); };
+  hooks.stop = [&] { return interrupt.interrupted(); };
+  decode::Generation gen =
+      engine::RunGeneration(*engine, *state, std::move(prompt), params, sink, hooks);
+  progress.Clear();
   std::fputs(dec.Flush().c_str(), stdout);
   if (in_think) set_think(false);
   std::fputs("\n", stdout);
   std::fflush(stdout);
 
   const decode::DecodeStats& st = gen.stats();
+  const bool interrupted = interrupt.interrupted();
   const double gen_seconds = st.ar_seconds + st.denoise_seconds + st.commit_seconds;
   const double prompt_tps = st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0;
   const double gen_tps = gen_seconds > 0 ? st.generated / gen_seconds : 0.0;
@@ -164,6 +256,7 @@ void Run(const RunFlags& f) {
           hist.c_str());
     }
   }
+  if (interrupted) throw CLI::RuntimeError(130);  // the shell's code for SIGINT
 }
 
 }  // namespace
@@ -173,7 +266,7 @@ void RegisterRunCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt, streaming it to stdout");
   flags->model.Add(cmd, /*model_required=*/false);
   flags->decode.Add(cmd);
-  cmd->add_option("-p,--prompt", flags->prompt, "prompt text");
+  auto* p = cmd->add_option("-p,--prompt", flags->prompt, "prompt text");
   cmd->add_option("-f,--file", flags->file, "read the prompt from a file");
   cmd->add_flag("--chat", flags->chat, "wrap the prompt in the model's chat template");
   cmd->add_option("--system", flags->system, "system message (with --chat)");
@@ -186,7 +279,8 @@ void RegisterRunCommand(CLI::App& app) {
   g->excludes(j);
   cmd->add_flag("--stats", flags->stats,
                 "print forward passes, tokens per pass, acceptance, time per pass type");
-  cmd->callback([flags] {
+  cmd->callback([flags, p] {
+    flags->prompt_given = p->count() > 0;
     if (!flags->model.ListDevicesIfAsked()) Run(*flags);
   });
 }

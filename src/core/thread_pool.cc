@@ -1,10 +1,22 @@
 // ThreadPool: generation counter + atomic task counter; spin-then-wait workers.
 #include "core/thread_pool.h"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 namespace crossword {
 namespace {
+
+// One spin-wait hint: PAUSE on x86, YIELD on Arm (both tell the core a sibling may run), nothing
+// elsewhere. The only architecture-specific line of the pool.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 // Waiting: a short busy spin (the other thread is usually microseconds away), then yielding the
 // core (if the machine is oversubscribed, the thread we wait for may need this very core), then
 // sleeping on the atomic (an idle pool costs no CPU).
@@ -17,7 +29,7 @@ template <class Word, class Ready>
 void WaitUntil(std::atomic<Word>& word, Ready ready) {
   for (int i = 0; i < kPauseIterations; ++i) {
     if (ready()) return;
-    _mm_pause();
+    CpuRelax();
   }
   for (int i = 0; i < kYieldIterations; ++i) {
     if (ready()) return;

@@ -83,8 +83,8 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
 
 DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
   p.mode = ParseMode(mode, "--mode");  // named after the flag, like the range errors
-  if (block_size != 0) p.block_size = block_size;
-  if (threshold != 0) p.threshold = static_cast<float>(threshold);
+  if (block_size) p.block_size = *block_size;
+  if (threshold) p.threshold = static_cast<float>(*threshold);
   if (draft_max) p.draft_max = *draft_max;
   if (draft_p_min) p.draft_p_min = static_cast<float>(*draft_p_min);
   return p;

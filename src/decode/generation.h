@@ -87,8 +87,8 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
 /// (--mode, --block-size, --threshold, --draft-max, --draft-p-min), held once for both.
 struct DecodeOverrides {
   std::string mode = "ar";            ///< ar | diffusion | spec
-  int block_size = 0;                 ///< tokens; 0: the model's
-  double threshold = 0;               ///< 0: the model's
+  std::optional<int> block_size;      ///< tokens; unset: the model's (0 is out of range)
+  std::optional<double> threshold;    ///< unset: the model's (0 is out of range, not "default")
   std::optional<int> draft_max;       ///< spec drafts per round at most; unset: the engine's (15)
   std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
 

@@ -14,11 +14,24 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Engine> e(new Engine());
   e->logger_ = options.logger;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = options.threads;
+  if (threads <= 0) threads = hw;
+  // Every pass splits its work over the pool and waits for the slowest thread: threads beyond the
+  // hardware's only add context switches. A few are tolerated (a warning; numbers stay the same),
+  // an absurd count (-t 1000 on 2 cores) is refused before 1000 threads are started.
+  Check(threads <= 4 * hw,
+        "-t {} is more than 4 threads per hardware thread ({} here); use at most {} (-t 0: all)",
+        threads, hw, hw);
+  if (threads > hw) {
+    options.logger.Warn("-t {} exceeds the {} hardware threads: passes will be slower than with {}",
+                        threads, hw, hw);
+  }
   // Flags are checked before the (possibly long) load.
   backends::ExecutorOptions xo;
   xo.device = options.device;
   xo.n_gpu_layers = options.n_gpu_layers;
-  xo.threads = options.threads;
+  xo.threads = threads;
   xo.repack = options.repack;
   xo.logger = options.logger;
   backends::ResolveDevice(xo);
@@ -208,18 +221,29 @@ std::unique_ptr<model::SequenceState> Engine::NewState(int64_t n_ctx, GgmlType k
 
 decode::Generation RunGeneration(const Engine& engine, model::SequenceState& state,
                                  std::vector<int32_t> prompt, const decode::DecodeParams& params,
-                                 decode::TokenSink sink) {
+                                 decode::TokenSink sink, const RunHooks& hooks) {
   model::ContextOptions co;
   co.max_tokens = std::max<int64_t>(params.prefill_chunk, params.block_size);
   co.max_seqs = 1;
   co.max_logit_rows = std::max(params.block_size, 1);
   const model::Executor& executor = engine.executor();
   std::unique_ptr<model::ForwardContext> ctx = executor.NewContext(co);
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t n_cached = state.n_past();
   decode::Generation gen(engine.model(), state, std::move(prompt), params, std::move(sink));
   while (!gen.done()) {
+    if (hooks.stop && hooks.stop()) {
+      gen.Cancel();
+      break;
+    }
+    const int64_t before = state.n_past();
+    const bool prefill = gen.output().empty() && before < n_prompt;
     model::SequenceInput in = gen.NextInput();
+    const auto n_in = static_cast<int64_t>(in.tokens.size());
     executor.Forward({&in, 1}, *ctx);
     gen.OnLogits(ctx->logits(0));
+    if (prefill && hooks.on_prefill)
+      hooks.on_prefill(before + n_in - n_cached, n_prompt - n_cached);
   }
   return gen;
 }

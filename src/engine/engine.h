@@ -2,6 +2,7 @@
 // decoding defaults derived from the file; what `run`, `check`, `serve` and `bench` build on.
 #pragma once
 
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -30,7 +31,7 @@ struct EngineOptions {
   std::string model_path;       ///< empty: the embedded default model (if this build has one)
   MapOptions map;               ///< --no-mmap / --mlock
   bool repack = true;           ///< --no-repack: no tile copy of Q8_0/Q4_0 weights (CPU executor)
-  int threads = 0;              ///< 0: all hardware threads
+  int threads = 0;              ///< 0: all hardware threads; at most 4 per hardware thread
   std::string device = "auto";  ///< --device: executor by registry name (backends/registry.h)
   int n_gpu_layers = -1;        ///< -ngl / --n-gpu-layers: layers on the GPU (-1: all)
   Logger logger;
@@ -45,7 +46,8 @@ std::span<const std::byte> EmbeddedModel();
 /// RollbackTo at a time).
 class Engine {
  public:
-  /// Loads the file (or the embedded model). Throws crossword::Error with the file's problem.
+  /// Loads the file (or the embedded model). Throws crossword::Error with the file's problem,
+  /// or when `threads` exceeds 4 per hardware thread (above 1 per hardware thread: a warning).
   static std::unique_ptr<Engine> Load(const EngineOptions& options);
 
   const model::Model& model() const { return *model_; }
@@ -122,10 +124,20 @@ class Engine {
       grammar_cache_;  // most recently used first
 };
 
+/// Optional hooks of RunGeneration.
+struct RunHooks {
+  /// After each prefill pass: prompt tokens evaluated so far and in all by this generation (a
+  /// prefix already in the state is not counted). Called from the generating thread.
+  std::function<void(int64_t done, int64_t total)> on_prefill;
+  /// Polled before each forward pass: true ends the generation there (FinishReason kCancelled),
+  /// e.g. Ctrl-C; prefill stops between chunks.
+  std::function<bool()> stop;
+};
+
 /// Runs one generation to completion on `state` with a private forward context (single
 /// sequence). The sink sees each token as it is emitted.
 decode::Generation RunGeneration(const Engine& engine, model::SequenceState& state,
                                  std::vector<int32_t> prompt, const decode::DecodeParams& params,
-                                 decode::TokenSink sink);
+                                 decode::TokenSink sink, const RunHooks& hooks = {});
 
 }  // namespace crossword::engine

@@ -20,6 +20,7 @@ struct Scheduler::Pending {
   ScheduledRequest req;
   std::shared_ptr<RequestHandle> handle;
   Clock::time_point submitted;
+  bool stopped_by_caller = false;  // on_token returned false: a stop, not a cancellation
 };
 
 struct Scheduler::Slot {
@@ -227,7 +228,9 @@ void Scheduler::StartGeneration(Slot& slot) {
   Pending* req = slot.active.get();
   const Slot* sp = &slot;
   auto sink = [req, sp](int32_t token) {
-    return req->req.on_token ? req->req.on_token(token, sp->row) : true;
+    if (!req->req.on_token || req->req.on_token(token, sp->row)) return true;
+    req->stopped_by_caller = true;
+    return false;
   };
   try {
     slot.gen = std::make_unique<decode::Generation>(engine_.model(), *slot.state, req->req.prompt,
@@ -309,6 +312,10 @@ bool Scheduler::Step() {
         s.cache.AddCheckpoint(*s.state);
         ++s.next_target;
       }
+      if (options_.on_prefill) {
+        options_.on_prefill(s.index, s.state->n_past() - s.cached, s.prompt_size() - s.cached,
+                            Seconds(s.admitted, Clock::now()));
+      }
       if (s.state->n_past() + 1 == s.prompt_size()) StartGeneration(s);
       continue;
     }
@@ -370,6 +377,12 @@ void Scheduler::Finish(Slot& slot, const std::string& error) {
     o.stats = slot.gen->stats();
     o.output = slot.gen->output();
     o.finish = slot.gen->finish_reason();
+    // The generation reports any end its sink asked for as kCancelled; the caller's stop string
+    // is a normal finish (logged and counted as "stop"), unless Cancel() came as well.
+    if (o.finish == decode::FinishReason::kCancelled && p.stopped_by_caller &&
+        !p.handle->cancelled()) {
+      o.finish = decode::FinishReason::kStop;
+    }
   } else {
     o.finish = decode::FinishReason::kCancelled;
   }

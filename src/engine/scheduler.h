@@ -34,6 +34,10 @@ struct SchedulerOptions {
   /// seconds since its previous emission (first: since it got its slot). For latency histograms;
   /// must be quick and must not throw.
   std::function<void(int64_t tokens, bool first, double seconds)> on_emit;
+  /// Optional: called on the scheduler thread after each prefill pass of a request, with its
+  /// slot, the prompt tokens evaluated so far and in all (cached ones excluded) and the seconds
+  /// since it got its slot: progress of long prompts (serve logs it). Quick, must not throw.
+  std::function<void(int slot, int64_t done, int64_t total, double seconds)> on_prefill;
 };
 
 /// How a request ended, reported once to its on_done callback.
@@ -60,7 +64,8 @@ struct ScheduledRequest {
   bool use_cache = true;
   /// Each emitted token, in order, with the raw logits row (n_vocab floats, before penalties and
   /// sampling) it was chosen from: given in AR mode, empty in diffusion/spec mode (their rows are
-  /// per block slot). Return false to end the request (stop string matched).
+  /// per block slot). Return false to end the request here (a stop string matched): it finishes
+  /// with FinishReason::kStop and counts as finished; only RequestHandle::Cancel() cancels.
   std::function<bool(int32_t token, std::span<const float> logits)> on_token;
   /// Called exactly once when the request ends (finished, cancelled, failed or never started).
   std::function<void(const RequestOutcome&)> on_done;
@@ -88,7 +93,7 @@ struct SchedulerMetrics {
   int64_t queue_length = 0;
   int64_t requests_submitted = 0;
   int64_t requests_finished = 0;   ///< ended with stop or length
-  int64_t requests_cancelled = 0;  ///< ended by Cancel or by their on_token returning false
+  int64_t requests_cancelled = 0;  ///< ended by Cancel (client gone, server stopping)
   int64_t requests_failed = 0;
   int64_t prompt_tokens = 0;  ///< prompt tokens of requests that got a slot
   int64_t prompt_tokens_cached = 0;

@@ -330,7 +330,12 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
       r.include_usage = Bool(*u, "stream_options.include_usage");
     }
   }
-  if (const json* v = Field(body, "ignore_eos"); v && Bool(*v, "ignore_eos")) p.eog_ids.clear();
+  if (const json* v = Field(body, "ignore_eos"); v && Bool(*v, "ignore_eos")) {
+    // As llama-server: the end-of-generation tokens are banned (-inf logit), not merely
+    // ignored, so that no <|im_end|> turns up in the text and the answer runs to max_tokens.
+    for (int32_t id : p.eog_ids) p.sampling.logit_bias.emplace_back(id, -INFINITY);
+    p.eog_ids.clear();
+  }
   if (const json* v = Field(body, "cache_prompt")) r.cache_prompt = Bool(*v, "cache_prompt");
   // logprobs: chat sends a boolean plus top_logprobs, completions an integer count.
   if (const json* v = Field(body, "logprobs")) {

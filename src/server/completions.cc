@@ -70,21 +70,26 @@ std::string FinishReasonText(const Exchange& ex, int n_calls) {
 
 std::string Sse(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 
-// Chat: {"content": [entries]}; completions: the legacy parallel lists.
-json LogprobsJson(bool chat, const std::vector<json>& entries) {
+// Chat: {"content": [entries]}; completions: the legacy parallel lists. `offset` is where the
+// first entry's text starts in the answer, in code points (vLLM's convention without echo), and
+// advances past these entries: a stream passes the same counter for every chunk.
+json LogprobsJson(bool chat, const std::vector<json>& entries, int64_t& offset) {
   if (chat) return {{"content", entries}, {"refusal", nullptr}};
-  json tokens = json::array(), lps = json::array(), tops = json::array();
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   for (const auto& e : entries) {
     tokens.push_back(e["token"]);
     lps.push_back(e["logprob"]);
     json t = json::object();
     for (const auto& a : e["top_logprobs"]) t[a["token"].get<std::string>()] = a["logprob"];
     tops.push_back(t);
+    offsets.push_back(offset);
+    // Code points = UTF-8 bytes that are not continuation bytes (10xxxxxx).
+    for (const auto& b : e["bytes"]) offset += (b.get<int>() & 0xC0) != 0x80 ? 1 : 0;
   }
   return {{"tokens", tokens},
           {"token_logprobs", lps},
           {"top_logprobs", tops},
-          {"text_offset", json::array()}};
+          {"text_offset", offsets}};
 }
 
 // Compiles a request's grammar for the model; a grammar error is a 400 naming `param`.
@@ -459,8 +464,10 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
                                         {"logprobs", nullptr},
                                         {"finish_reason", finish}}})}};
     }
-    if (job.gen.logprobs >= 0)
-      body["choices"][0]["logprobs"] = LogprobsJson(job.chat, ex->logprobs);
+    if (job.gen.logprobs >= 0) {
+      int64_t offset = 0;
+      body["choices"][0]["logprobs"] = LogprobsJson(job.chat, ex->logprobs, offset);
+    }
     body["usage"] = UsageJson(ex->outcome);
     body["timings"] = TimingsJson(*ex, mode);
     if (options.log_prompts)
@@ -510,6 +517,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
           return gone("client gone");
         std::vector<std::string> call_ids;
         std::vector<json> lp_pending;
+        int64_t text_offset = 0;  // completions' logprobs.text_offset across chunks
         for (;;) {
           std::vector<chat::StreamDelta> got;
           bool done;
@@ -527,7 +535,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
           std::string out;
           auto with_logprobs = [&](json c) {
             if (logprobs && !lp_pending.empty()) {
-              c["choices"][0]["logprobs"] = LogprobsJson(chat, lp_pending);
+              c["choices"][0]["logprobs"] = LogprobsJson(chat, lp_pending, text_offset);
               lp_pending.clear();
             }
             return c;
@@ -576,7 +584,8 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
             for (auto& e : ex->logprobs) lp_pending.push_back(std::move(e));
             ex->logprobs.clear();
             json last = chunk(chat ? json::object() : json(""), finish);
-            if (logprobs) last["choices"][0]["logprobs"] = LogprobsJson(chat, lp_pending);
+            if (logprobs)
+              last["choices"][0]["logprobs"] = LogprobsJson(chat, lp_pending, text_offset);
             last["timings"] = TimingsJson(*ex, mode);
             tail = Sse(last);
             if (include_usage) {

@@ -176,7 +176,7 @@ std::string RenderMetrics(const MetricsView& v, const RequestMetrics& r, Metrics
   w.Sample("crossword_requests_finished_total", "counter",
            "generation requests that ended by stop or length", m.requests_finished);
   w.Sample("crossword_requests_cancelled_total", "counter",
-           "generation requests cancelled (client gone, stop string)", m.requests_cancelled);
+           "generation requests cancelled (client gone, server stopping)", m.requests_cancelled);
   w.Sample("crossword_requests_failed_total", "counter",
            "generation requests that failed in the engine", m.requests_failed);
   w.Sample("crossword_prompt_tokens_total", "counter", "prompt tokens of requests that got a slot",

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -120,9 +121,13 @@ void Server::Impl::Setup() {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     const std::string auth = req.get_header_value("Authorization");
-    const std::string bearer = "Bearer ";
-    if (auth.compare(0, bearer.size(), bearer) == 0 &&
-        SameSecret(auth.substr(bearer.size()), options.api_key)) {
+    // RFC 9110 section 11.1: the scheme is case-insensitive ("bearer", "BEARER").
+    constexpr std::string_view kBearer = "bearer ";
+    const bool is_bearer =
+        auth.size() >= kBearer.size() &&
+        std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
+                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
+    if (is_bearer && SameSecret(auth.substr(kBearer.size()), options.api_key)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     SendError(res, ApiError(401, "invalid_request_error", "",
@@ -231,8 +236,9 @@ void Server::Impl::CheckOptions() const {
   Check(
       options.max_block_size == 0 || (options.max_block_size >= 2 && options.max_block_size <= 256),
       "--max-block-size must be 0 (the default) or in [2, 256] (got {})", options.max_block_size);
-  if (options.max_block_size > 0 && options.decoding.block_size > options.max_block_size) {
-    Fail("--block-size {} exceeds --max-block-size {}", options.decoding.block_size,
+  if (options.max_block_size > 0 && options.decoding.block_size &&
+      *options.decoding.block_size > options.max_block_size) {
+    Fail("--block-size {} exceeds --max-block-size {}", *options.decoding.block_size,
          options.max_block_size);
   }
   // The flags given, over valid stand-ins for the model's defaults (checked again after loading).
@@ -275,6 +281,22 @@ void Server::Impl::Load() {
   so.cache.max_checkpoints = options.max_checkpoints;
   so.on_emit = [this](int64_t tokens, bool first, double seconds) {
     request_metrics.OnEmit(tokens, first, seconds);
+  };
+  // A long prompt (issue 24: 129k tokens prefilled for 41 minutes with no sign of life) logs its
+  // progress every 5 s: tokens done, rate, time left. Scheduler thread only, so `next` needs no
+  // lock.
+  so.on_prefill = [this, due_at = std::vector<double>(static_cast<size_t>(options.n_slots), 5.0),
+                   seen = std::vector<double>(static_cast<size_t>(options.n_slots), 0.0)](
+                      int slot, int64_t done, int64_t total, double seconds) mutable {
+    double& due = due_at[static_cast<size_t>(slot)];
+    if (seconds < seen[static_cast<size_t>(slot)]) due = 5.0;  // a new prompt on this slot
+    seen[static_cast<size_t>(slot)] = seconds;
+    if (seconds < due) return;
+    due = seconds + 5.0;
+    const double rate = static_cast<double>(done) / seconds;
+    log.Info("slot {}: prompt {}/{} tokens ({:.0f}%), {:.1f} tokens/s, ETA {:.0f} s", slot, done,
+             total, 100.0 * static_cast<double>(done) / static_cast<double>(total), rate,
+             static_cast<double>(total - done) / rate);
   };
   scheduler = std::make_unique<engine::Scheduler>(*engine, so);
   if (!options.alias.empty()) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CLI checks for `crossword gguf`: inspect text/JSON verdicts, patch exit codes (0 done, 0 nothing to
-# do, 2 not Clover, 2 same file), no output left behind on refusal.
+# CLI checks for `crossword gguf`: inspect text/JSON verdicts, patch exit codes (0 done, 0 already
+# upstream with OUT a copy, 2 not Clover, 2 same file), no output left behind on refusal.
 # Usage: gguf_cli_test.sh PATH/TO/crossword
 set -euo pipefail
 bin=$1
@@ -28,8 +28,9 @@ grep -q "MB/s" "$dir/log" || fail "patch prints no throughput"
 grep -q "layout:        upstream layout" "$dir/up.txt" || fail "patched verdict"
 
 "$bin" gguf patch "$dir/up.gguf" "$dir/again.gguf" 2>"$dir/log" || fail "nothing-to-do exit $?"
-grep -q "nothing to do" "$dir/log" || fail "nothing-to-do message"
-[[ ! -e "$dir/again.gguf" ]] || fail "nothing-to-do wrote a file"
+grep -q "already has the upstream layout: nothing to fix; copied it unchanged" "$dir/log" ||
+  fail "nothing-to-do message: $(cat "$dir/log")"
+cmp -s "$dir/up.gguf" "$dir/again.gguf" || fail "nothing-to-do: OUT is not a copy of IN"
 
 # A valid GGUF of another architecture: refused with exit 2.
 /usr/bin/python3 -c '

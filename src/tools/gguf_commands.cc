@@ -78,7 +78,10 @@ void RegisterGgufCommands(CLI::App& app) {
     const Logger log(LogLevel::kInfo);
     const PatchResult r = PatchToUpstream(*po, log);
     if (r.nothing_to_do) {
-      log.Info("patch: '{}' already has the upstream layout; nothing to do", po->input);
+      log.Info(
+          "patch: '{}' already has the upstream layout: nothing to fix; copied it unchanged "
+          "to '{}' ({} bytes)",
+          po->input, po->output, r.bytes_written);
       return;
     }
     log.Info("patch: {} -> {}: {}key {}, dropped {} diffusion-only tensors, rewrote {} ssm_a",

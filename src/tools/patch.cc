@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "base/error.h"
@@ -62,7 +63,20 @@ PatchResult PatchToUpstream(const PatchOptions& o, const Logger& log) {
         o.input, layout.architecture);
   }
   if (layout.is_upstream()) {
+    // Nothing to fix, but OUT is what the caller asked for (`patch IN OUT && run -m OUT`):
+    // an unchanged copy, written like a patched file (temporary name, then rename).
     result.nothing_to_do = true;
+    const std::string tmp = o.output + ".tmp-" + std::to_string(::getpid());
+    std::error_code ec;
+    std::filesystem::copy_file(o.input, tmp, std::filesystem::copy_options::overwrite_existing, ec);
+    if (!ec) std::filesystem::rename(tmp, o.output, ec);
+    if (ec) {
+      std::filesystem::remove(tmp);
+      Fail("cannot copy '{}' to '{}': {}", o.input, o.output, ec.message());
+    }
+    result.bytes_written = std::filesystem::file_size(o.output);
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
   const std::string arch = layout.architecture;

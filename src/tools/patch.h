@@ -16,7 +16,7 @@ struct PatchOptions {
 };
 
 struct PatchResult {
-  bool nothing_to_do = false;  ///< the input already has the upstream layout; nothing written
+  bool nothing_to_do = false;  ///< the input already has the upstream layout: OUT is a copy
   std::string verdict;         ///< layout verdict of the input
   bool key_added = false;
   int tensors_dropped = 0;
@@ -34,9 +34,10 @@ struct PatchResult {
 /// and copies every other tensor's bytes unchanged (in-kernel copy where the filesystem allows).
 /// The output is written to a temporary name in OUT's directory, fsynced, then renamed, so an
 /// interrupted run leaves nothing under OUT. An input that already has the upstream layout gives
-/// `nothing_to_do` (no file written). Throws crossword::Error when the input is not a
-/// clover_moe/qwen35moe GGUF, when OUT is the input file (it is never overwritten), or on I/O
-/// errors.
+/// `nothing_to_do` and OUT as a byte-identical copy of it (the same temporary-then-rename way), so
+/// that OUT always exists in the upstream layout after success. Throws crossword::Error when the
+/// input is not a clover_moe/qwen35moe GGUF, when OUT is the input file (it is never overwritten),
+/// or on I/O errors.
 PatchResult PatchToUpstream(const PatchOptions& options, const Logger& log);
 
 }  // namespace crossword::tools

@@ -218,13 +218,13 @@ TEST(Patch, OutputMatchesInputExceptTheThreeFixes) {
   EXPECT_EQ(Bytes(out_path), Bytes(Synth("patch_ref.gguf", "clover_moe", "upstream", "Q4_K_M")));
 }
 
-TEST(Patch, RefusesUpstreamNonCloverAndItsOwnInput) {
+TEST(Patch, CopiesUpstreamRefusesNonCloverAndItsOwnInput) {
   const std::string up = Synth("refuse_up.gguf", "qwen35moe", "upstream");
   const std::string out = Dir() + "/tt_refuse_out.gguf";
   std::remove(out.c_str());
   const PatchResult r = PatchToUpstream({up, out, false}, Logger::Silent());
   EXPECT_TRUE(r.nothing_to_do);
-  EXPECT_EQ(std::fopen(out.c_str(), "rb"), nullptr) << "nothing to do must write nothing";
+  EXPECT_EQ(Bytes(out), Bytes(up)) << "an upstream input is copied to OUT unchanged";
 
   const std::string other = Dir() + "/tt_refuse_llama.gguf";
   {

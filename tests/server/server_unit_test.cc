@@ -412,6 +412,81 @@ TEST(Scheduler, FollowUpResumesFromTheLiveStateOrACheckpointAndMatchesColdRuns) 
   EXPECT_EQ(rc.tokens, Alone(c, p));
 }
 
+TEST(Scheduler, ACallerStopIsAStopNotACancellation) {
+  // A stop string ends the request through on_token returning false: finish "stop", counted as
+  // finished (issue 24: it was logged and counted as cancelled). Cancel() stays a cancellation.
+  engine::Scheduler s(TheEngine(), Options(1));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<engine::RequestOutcome> outcomes;
+  auto submit = [&](bool stop_by_token) {
+    engine::ScheduledRequest q;
+    q.prompt = Prompt("count to ten");
+    q.params = Params(decode::Mode::kAr, 30);
+    auto n = std::make_shared<int>(0);
+    q.on_token = [n, stop_by_token](int32_t, std::span<const float>) {
+      return !(stop_by_token && ++*n == 3);
+    };
+    q.on_done = [&](const engine::RequestOutcome& o) {
+      std::lock_guard lk(mu);
+      outcomes.push_back(o);
+      cv.notify_all();
+    };
+    return s.Submit(std::move(q));
+  };
+  submit(true);
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return outcomes.size() == 1; });
+  }
+  EXPECT_EQ(outcomes[0].finish, decode::FinishReason::kStop);
+  EXPECT_EQ(outcomes[0].output.size(), 3u);
+  auto h = submit(false);
+  h->Cancel();
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return outcomes.size() == 2; });
+  }
+  EXPECT_EQ(outcomes[1].finish, decode::FinishReason::kCancelled);
+  const engine::SchedulerMetrics m = s.Metrics();
+  EXPECT_EQ(m.requests_finished, 1);
+  EXPECT_EQ(m.requests_cancelled, 1);
+}
+
+TEST(Scheduler, ReportsPrefillProgressOfLongPrompts) {
+  struct Call {
+    int slot;
+    int64_t done, total;
+    double seconds;
+  };
+  std::vector<Call> calls;  // written on the scheduler thread, read after the request is done
+  engine::SchedulerOptions o = Options(1);
+  o.batch_tokens = 32;
+  o.on_prefill = [&](int slot, int64_t done, int64_t total, double seconds) {
+    calls.push_back({slot, done, total, seconds});
+  };
+  engine::Scheduler s(TheEngine(), o);
+  Runner run(s);
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += "word " + std::to_string(i) + ", ";
+  const std::vector<int32_t> prompt = Prompt(text);
+  ASSERT_GT(prompt.size(), 100u);
+  Result r;
+  run.Submit(prompt, Params(decode::Mode::kAr, 2), &r);
+  run.Wait({&r});
+  ASSERT_GE(calls.size(), 3u);  // one per prefill pass of 32 tokens
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].slot, 0);
+    EXPECT_EQ(calls[i].total, static_cast<int64_t>(prompt.size()));
+    EXPECT_GE(calls[i].seconds, 0.0);
+    if (i > 0) {
+      EXPECT_GT(calls[i].done, calls[i - 1].done);
+    }
+  }
+  // The scheduler prefills all but the last prompt token (the generation's first step takes it).
+  EXPECT_EQ(calls.back().done, static_cast<int64_t>(prompt.size()) - 1);
+}
+
 TEST(Scheduler, CancellingAQueuedRequestLeavesTheRunningOneAlone) {
   engine::Scheduler s(TheEngine(), Options(1));
   Runner run(s);
