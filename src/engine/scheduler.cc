@@ -74,6 +74,7 @@ Scheduler::Scheduler(const Engine& engine, SchedulerOptions options)
   members_.reserve(static_cast<size_t>(options_.n_slots));
   metrics_.n_slots = options_.n_slots;
   metrics_.kv_tokens_total = int64_t{options_.n_slots} * options_.n_ctx;
+  PublishKvUse();  // every slot idle
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -328,6 +329,13 @@ bool Scheduler::Step() {
       Finish(s, e.what());
       continue;
     }
+    if (s.active->req.on_pass) {
+      try {
+        s.active->req.on_pass(*s.gen);
+      } catch (...) {
+        // A tracer's problem; decoding goes on.
+      }
+    }
     const int64_t n_new = s.gen->stats().generated - before;
     emitted += n_new;
     if (n_new > 0 && options_.on_emit) {
@@ -360,6 +368,30 @@ void Scheduler::PublishKvUse() {
     if (s->active) used += s->state->n_past();
   std::lock_guard lk(mu_);
   metrics_.kv_tokens_used = used;
+  metrics_.slots.resize(slots_.size());  // allocates once
+  for (const auto& s : slots_) {
+    SlotState& st = metrics_.slots[static_cast<size_t>(s->index)];
+    st = SlotState{};
+    st.id = s->index;
+    st.n_past = s->state->n_past();
+    if (!s->active) continue;
+    const decode::DecodeParams& p = s->gen ? s->gen->params() : s->active->req.params;
+    st.busy = true;
+    st.request = s->active->handle->id();
+    st.generating = s->gen != nullptr;
+    st.mode = p.mode;
+    st.block_size = p.block_size;
+    st.threshold = p.threshold;
+    st.draft_max = p.draft_max;
+    st.n_prompt = s->prompt_size();
+    st.max_tokens = p.max_tokens;
+    if (s->gen) {
+      const decode::DecodeStats& d = s->gen->stats();
+      st.n_decoded = d.generated;
+      st.passes = d.forward_passes();
+      st.tokens_per_pass = d.tokens_per_pass();
+    }
+  }
 }
 
 void Scheduler::Finish(Slot& slot, const std::string& error) {

@@ -67,6 +67,10 @@ struct ScheduledRequest {
   /// per block slot). Return false to end the request here (a stop string matched): it finishes
   /// with FinishReason::kStop and counts as finished; only RequestHandle::Cancel() cancels.
   std::function<bool(int32_t token, std::span<const float> logits)> on_token;
+  /// Optional: called on the scheduler thread after each decoding pass of the request (prefill
+  /// excluded), with its generation: block() and masked() show a diffusion block's slots or a
+  /// spec round's drafts, stats() the counters. For tracing; must be quick.
+  std::function<void(const decode::Generation&)> on_pass;
   /// Called exactly once when the request ends (finished, cancelled, failed or never started).
   std::function<void(const RequestOutcome&)> on_done;
 };
@@ -84,6 +88,24 @@ class RequestHandle {
   explicit RequestHandle(uint64_t id) : id_(id) {}
   uint64_t id_;
   std::atomic<bool> cancelled_{false};
+};
+
+/// What one slot is doing, as of the scheduler's last pass.
+struct SlotState {
+  int id = 0;
+  bool busy = false;
+  uint64_t request = 0;     ///< the active request's id (0: none)
+  bool generating = false;  ///< past prefill
+  decode::Mode mode = decode::Mode::kAr;
+  int block_size = 0;
+  float threshold = 0;
+  int draft_max = 0;
+  int64_t n_prompt = 0;   ///< prompt tokens of the active request
+  int64_t n_past = 0;     ///< context tokens held
+  int64_t n_decoded = 0;  ///< tokens emitted so far
+  int64_t max_tokens = 0;
+  int64_t passes = 0;  ///< decoding passes so far (prefill excluded)
+  double tokens_per_pass = 0;
 };
 
 /// Counters since start (monotonic) and current gauges.
@@ -106,6 +128,7 @@ struct SchedulerMetrics {
   /// the answer so far), updated after each pass; kv_tokens_total = slots x context per slot.
   int64_t kv_tokens_used = 0;
   int64_t kv_tokens_total = 0;
+  std::vector<SlotState> slots;  ///< one per slot, in slot order
 };
 
 /// Owns the slots and the scheduler thread. Engine must outlive it. Thread-safe: Submit, Metrics
@@ -137,7 +160,7 @@ class Scheduler {
   bool Step();
   void Finish(Slot& slot, const std::string& error);
   void StartGeneration(Slot& slot);
-  void PublishKvUse();  // scheduler thread: recomputes metrics_.kv_tokens_used
+  void PublishKvUse();  // scheduler thread: recomputes metrics_.kv_tokens_used and the slots
 
   const Engine& engine_;
   SchedulerOptions options_;

@@ -17,7 +17,36 @@ void BadRequest(const std::string& param, const std::string& message) {
   throw ApiError(400, "invalid_request_error", param, message);
 }
 
-json ErrorJson(const ApiError& e) {
+namespace {
+
+// Anthropic's error types by HTTP status (their API reference's "Errors" page).
+const char* AnthropicErrorType(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+    case 529:
+      return "overloaded_error";
+    default:
+      return status >= 500 ? "api_error" : "invalid_request_error";
+  }
+}
+
+}  // namespace
+
+json ErrorJson(const ApiError& e, ErrorShape shape) {
+  if (shape == ErrorShape::kAnthropic) {
+    return {{"type", "error"},
+            {"error", {{"type", AnthropicErrorType(e.status())}, {"message", e.what()}}}};
+  }
   json err = {{"message", e.what()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param().empty()) err["param"] = e.param();
   if (!e.code().empty()) err["code"] = e.code();
@@ -50,8 +79,6 @@ ReasoningFormat ParseReasoningFormat(std::string_view name, const std::string& p
                         std::string(name) + "\")");
 }
 
-namespace {
-
 // The field's value, or nullptr when absent or JSON null (OpenAI treats null as absent).
 const json* Field(const json& obj, const char* name) {
   auto it = obj.find(name);
@@ -69,7 +96,7 @@ std::string TypeName(const json& v) {
   return "null";
 }
 
-[[noreturn]] void WrongType(const std::string& param, const char* want, const json& v) {
+void WrongType(const std::string& param, const char* want, const json& v) {
   BadRequest(param, "'" + param + "' must be " + want + " (got " + TypeName(v) + ")");
 }
 
@@ -111,6 +138,8 @@ const json& Object(const json& v, const std::string& param) {
   if (!v.is_object()) WrongType(param, "an object", v);
   return v;
 }
+
+namespace {
 
 // OpenAI fields crossword accepts and ignores: their types are still checked.
 void CheckIgnoredFields(const json& body) {
@@ -328,6 +357,9 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
   if (const json* v = Field(body, "stream_options")) {
     if (const json* u = Field(Object(*v, "stream_options"), "include_usage")) {
       r.include_usage = Bool(*u, "stream_options.include_usage");
+    }
+    if (const json* t = Field(*v, "crossword_trace")) {
+      r.trace = Bool(*t, "stream_options.crossword_trace");
     }
   }
   if (const json* v = Field(body, "ignore_eos"); v && Bool(*v, "ignore_eos")) {

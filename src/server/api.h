@@ -39,14 +39,37 @@ class ApiError : public Error {
 /// A 400 invalid_request_error about `param`.
 [[noreturn]] void BadRequest(const std::string& param, const std::string& message);
 
-/// OpenAI's error body for `e`.
-nlohmann::ordered_json ErrorJson(const ApiError& e);
+/// Which API's error body a route answers with.
+enum class ErrorShape : uint8_t {
+  kOpenAi,     ///< {"error": {"message", "type", "param", "code"}}
+  kAnthropic,  ///< {"type": "error", "error": {"type", "message"}}, type from the status
+};
+
+/// The error body for `e` in `shape` (OpenAI's by default).
+nlohmann::ordered_json ErrorJson(const ApiError& e, ErrorShape shape = ErrorShape::kOpenAi);
 
 /// Parses a request body: must be a JSON object in UTF-8. Malformed JSON, truncated bodies,
 /// invalid UTF-8 and lone surrogates (\ud800 escapes without their pair) are a 400, and so is a
 /// body beyond JsonLimits (base/json_gate.h: nesting over 256 levels, over 1,000,000 members),
 /// checked before parsing. Every route taking a JSON body parses it here.
 nlohmann::ordered_json ParseBody(std::string_view body);
+
+// Field helpers for request parsers (every API's): each throws ApiError(400) naming `param`.
+
+/// The field's value, or nullptr when absent or JSON null (OpenAI treats null as absent).
+const nlohmann::ordered_json* Field(const nlohmann::ordered_json& obj, const char* name);
+/// "a string", "an integer", ... (for messages).
+std::string TypeName(const nlohmann::ordered_json& v);
+/// 400: "'param' must be WANT (got TYPE)".
+[[noreturn]] void WrongType(const std::string& param, const char* want,
+                            const nlohmann::ordered_json& v);
+/// A finite number in [lo, hi].
+double Number(const nlohmann::ordered_json& v, const std::string& param, double lo, double hi);
+/// An integer in [lo, hi].
+int64_t Integer(const nlohmann::ordered_json& v, const std::string& param, int64_t lo, int64_t hi);
+bool Bool(const nlohmann::ordered_json& v, const std::string& param);
+const std::string& String(const nlohmann::ordered_json& v, const std::string& param);
+const nlohmann::ordered_json& Object(const nlohmann::ordered_json& v, const std::string& param);
 
 enum class ReasoningFormat : uint8_t { kDeepseek, kNone };
 /// "deepseek" | "auto" (= deepseek) | "none"; ApiError otherwise.
@@ -61,9 +84,10 @@ struct GenerationRequest {
   std::vector<std::string> stop;  ///< stop strings (non-empty)
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage
-  bool cache_prompt = true;    ///< false: no prompt-cache reuse (llama-server's field)
-  int logprobs = -1;           ///< -1: off; else alternatives per token (chat top_logprobs,
-                               ///< completions logprobs); AR mode only
+  bool trace = false;  ///< stream_options.crossword_trace: per-pass block events (docs/server.md)
+  bool cache_prompt = true;  ///< false: no prompt-cache reuse (llama-server's field)
+  int logprobs = -1;         ///< -1: off; else alternatives per token (chat top_logprobs,
+                             ///< completions logprobs); AR mode only
   /// Structured output asked for (response_format json_object / json_schema, llama-server's
   /// `json_schema` or `grammar`) as GBNF text; empty: none. The schema was compiled and the
   /// grammar parsed here, so a bad one is a 400 before anything runs.

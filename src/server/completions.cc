@@ -8,6 +8,7 @@
 #include "grammar/json_schema.h"
 #include "server/server_impl.h"
 #include "server/socket_watch.h"
+#include "tokenizer/utf8.h"
 
 namespace crossword::server {
 
@@ -19,78 +20,6 @@ namespace {
 
 constexpr auto kPoll =
     std::chrono::milliseconds(50);  // how often a waiting handler checks its client
-
-struct Timings {
-  double queue_s = 0, prompt_s = 0, gen_s = 0;
-};
-
-Timings TimingsOf(const Exchange& ex) {
-  const auto& o = ex.outcome;
-  Timings t;
-  t.queue_s = o.queue_seconds;
-  const double first = ex.first_token_at >= 0 ? ex.first_token_at : o.total_seconds;
-  t.prompt_s = std::max(0.0, first - o.queue_seconds);
-  t.gen_s = std::max(0.0, o.total_seconds - first);
-  return t;
-}
-
-json UsageJson(const engine::RequestOutcome& o) {
-  const int64_t out = static_cast<int64_t>(o.output.size());
-  return {{"prompt_tokens", o.prompt_tokens},
-          {"completion_tokens", out},
-          {"total_tokens", o.prompt_tokens + out},
-          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
-}
-
-// llama-server's "timings" object plus crossword's decoding counters.
-json TimingsJson(const Exchange& ex, decode::Mode mode) {
-  const auto& o = ex.outcome;
-  const Timings t = TimingsOf(ex);
-  const int64_t n = static_cast<int64_t>(o.output.size());
-  return {
-      {"cache_n", o.cached_tokens},
-      {"prompt_n", o.prompt_tokens - o.cached_tokens},
-      {"prompt_ms", t.prompt_s * 1e3},
-      {"predicted_n", n},
-      {"predicted_ms", t.gen_s * 1e3},
-      {"predicted_per_second", n > 1 && t.gen_s > 0 ? static_cast<double>(n - 1) / t.gen_s : 0.0},
-      {"queue_ms", t.queue_s * 1e3},
-      {"mode", decode::ModeName(mode)},
-      {"forward_passes", o.stats.forward_passes()},
-      {"tokens_per_pass", o.stats.tokens_per_pass()},
-      {"rounds", o.stats.rounds},
-      {"mean_accepted", o.stats.mean_accepted()},
-      {"verify_rows", o.stats.verify_rows}};
-}
-
-std::string FinishReasonText(const Exchange& ex, int n_calls) {
-  if (ex.outcome.finish == decode::FinishReason::kLength) return "length";
-  return n_calls > 0 ? "tool_calls" : "stop";
-}
-
-std::string Sse(const json& j) { return "data: " + Dump(j) + "\n\n"; }
-
-// Chat: {"content": [entries]}; completions: the legacy parallel lists. `offset` is where the
-// first entry's text starts in the answer, in code points (vLLM's convention without echo), and
-// advances past these entries: a stream passes the same counter for every chunk.
-json LogprobsJson(bool chat, const std::vector<json>& entries, int64_t& offset) {
-  if (chat) return {{"content", entries}, {"refusal", nullptr}};
-  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-  for (const auto& e : entries) {
-    tokens.push_back(e["token"]);
-    lps.push_back(e["logprob"]);
-    json t = json::object();
-    for (const auto& a : e["top_logprobs"]) t[a["token"].get<std::string>()] = a["logprob"];
-    tops.push_back(t);
-    offsets.push_back(offset);
-    // Code points = UTF-8 bytes that are not continuation bytes (10xxxxxx).
-    for (const auto& b : e["bytes"]) offset += (b.get<int>() & 0xC0) != 0x80 ? 1 : 0;
-  }
-  return {{"tokens", tokens},
-          {"token_logprobs", lps},
-          {"top_logprobs", tops},
-          {"text_offset", offsets}};
-}
 
 // Compiles a request's grammar for the model; a grammar error is a 400 naming `param`.
 std::shared_ptr<const grammar::CompiledGrammar> CompileFor(const engine::Engine& engine,
@@ -109,10 +38,61 @@ std::shared_ptr<const grammar::CompiledGrammar> CompileFor(const engine::Engine&
   }
 }
 
+// Sum of accepted drafts over a spec generation's rounds.
+int64_t AcceptedDrafts(const decode::DecodeStats& s) {
+  int64_t n = 0;
+  for (size_t k = 0; k < s.accepted_hist.size(); ++k)
+    n += static_cast<int64_t>(k) * s.accepted_hist[k];
+  return n;
+}
+
+// Scheduler thread: the trace event of the pass `g` just consumed (stream_options.crossword_trace).
+// A denoise / draft pass shows the block as it is now; a commit / verify pass keeps the previous
+// view (the generation has moved on to the next block) and says what it settled.
+void TracePass(Exchange& ex, const tokenizer::Tokenizer& tok, const decode::Generation& g) {
+  const decode::DecodeStats& st = g.stats();
+  const decode::DecodeStats& before = ex.last_stats;
+  const bool spec = g.params().mode == decode::Mode::kSpec;
+  PassTrace t;
+  t.pass = st.forward_passes();
+  t.tokens_per_pass = st.tokens_per_pass();
+  if (st.denoise_passes > before.denoise_passes) {
+    t.phase = spec ? "draft" : "denoise";
+    t.block = st.rounds;
+    const auto block = g.block();
+    const auto masked = g.masked();
+    const bool same_block = ex.last_trace.block == t.block && ex.last_trace.phase == t.phase;
+    t.slots.resize(block.size());
+    for (size_t j = 0; j < block.size(); ++j) {
+      const bool empty = spec ? block[j] == g.params().mask_id : masked[j] != 0;
+      if (empty) continue;
+      tokenizer::AppendUtf8Lossy(tok.TokenBytes(block[j]), t.slots[j]);
+      const bool was_empty =
+          !same_block || j >= ex.last_trace.slots.size() || ex.last_trace.slots[j].empty();
+      if (j > 0 && was_empty) t.committed.push_back(static_cast<int>(j));
+    }
+    if (spec) t.drafted = static_cast<int>(t.committed.size());
+  } else if (st.commit_passes > before.commit_passes) {
+    t.phase = spec ? "verify" : "commit";
+    t.block = ex.last_trace.block;
+    t.slots = ex.last_trace.slots;
+    t.drafted = ex.last_trace.drafted;
+    if (spec) t.accepted = static_cast<int>(AcceptedDrafts(st) - AcceptedDrafts(before));
+  } else {
+    return;  // an AR step (spec without drafts) has no block to show
+  }
+  ex.last_stats = st;
+  ex.last_trace = t;
+  {
+    std::lock_guard lk(ex.mu);
+    ex.traces.push_back(std::move(t));
+  }
+  ex.cv.notify_all();
+}
+
 }  // namespace
 
 void Server::Impl::HandleApplyTemplate(const httplib::Request& req, httplib::Response& res) {
-  RequireReady();
   const ChatRequest r = ParseChatRequest(ParseBody(req.body), defaults);
   engine::Engine::ChatPrompt cp;
   try {
@@ -128,8 +108,13 @@ void Server::Impl::HandleApplyTemplate(const httplib::Request& req, httplib::Res
 }
 
 void Server::Impl::HandleChat(const httplib::Request& req, httplib::Response& res) {
-  RequireReady();
-  ChatRequest r = ParseChatRequest(ParseBody(req.body), defaults);
+  GenerationJob job = ChatJob(ParseChatRequest(ParseBody(req.body), defaults));
+  job.id_prefix = "chatcmpl-";
+  job.writer = MakeChatWriter;
+  Generate(req, res, std::move(job));
+}
+
+GenerationJob Server::Impl::ChatJob(ChatRequest r) {
   // Which tools the model sees: none for "none", only the named one for a named choice.
   json tools = json::array();
   if (r.tool_choice == ToolChoice::kRequired && r.tools.size() == 1) {
@@ -153,7 +138,8 @@ void Server::Impl::HandleChat(const httplib::Request& req, httplib::Response& re
     BadRequest("messages", std::string("the chat template failed on these messages: ") + e.what());
   }
   GenerationJob job;
-  job.chat = true;
+  job.prompt_param = "messages";
+  job.tools = tools;
   job.prompt = std::move(cp.tokens);
   job.output.stop = r.stop;
   job.output.parse = r.reasoning_format == ReasoningFormat::kDeepseek;
@@ -220,14 +206,15 @@ void Server::Impl::HandleChat(const httplib::Request& req, httplib::Response& re
   r.params.think_open = cp.think_open;
   if (options.log_prompts) job.prompt_text = cp.text + job.output.forced_prefix;
   job.gen = std::move(static_cast<GenerationRequest&>(r));
-  Generate(req, res, std::move(job));
+  return job;
 }
 
 void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res) {
-  RequireReady();
   CompletionRequest r = ParseCompletionRequest(ParseBody(req.body), defaults);
   GenerationJob job;
-  job.chat = false;
+  job.prompt_param = "prompt";
+  job.id_prefix = "cmpl-";
+  job.writer = MakeCompletionWriter;
   // A raw prompt is the caller's own markup: special tokens in it are parsed (as llama-server).
   job.prompt = r.tokens_given ? r.prompt_tokens
                               : engine->tokenizer().Encode(r.prompt, /*parse_special=*/true);
@@ -277,6 +264,9 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
     if (ex->streaming && !ex->scratch.empty()) ex->cv.notify_all();
     return go;
   };
+  if (ex->trace && ex->params.mode != decode::Mode::kAr) {
+    sr.on_pass = [ex, tok](const decode::Generation& g) { TracePass(*ex, *tok, g); };
+  }
   sr.on_done = [this, ex](const engine::RequestOutcome& o) {
     ex->scratch.clear();
     if (ex->force.triggered && ex->force.armed && o.error.empty()) {
@@ -326,6 +316,7 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
       for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
       ex->outcome = std::move(merged);
       ex->stopped = ex->stream.stopped_by_string();
+      ex->stop_string = ex->stream.stop_string();
       ex->done = true;
     }
     ex->cv.notify_all();
@@ -343,7 +334,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
   const int64_t n_prompt = static_cast<int64_t>(job.prompt.size());
   if (n_prompt >= n_ctx_slot) {
     throw ApiError(
-        400, "invalid_request_error", job.chat ? "messages" : "prompt",
+        400, "invalid_request_error", job.prompt_param,
         fmt::format(
             "the prompt has {} tokens but a slot's context holds {} (prompt + answer); shorten "
             "it or start the server with a larger -c",
@@ -371,6 +362,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
   ex->params = params;
   ex->use_cache = job.gen.cache_prompt;
   ex->streaming = job.gen.stream;
+  ex->trace = job.gen.stream && job.gen.trace;
   ex->top_logprobs = job.gen.logprobs;
   ex->submitted = Clock::now();
   try {
@@ -381,16 +373,25 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
     throw ApiError(503, "unavailable_error", "", e.what());
   }
 
-  const std::string id = NewId(job.chat ? "chatcmpl-" : "cmpl-");
-  const int64_t created_at = std::chrono::duration_cast<std::chrono::seconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
+  WriterContext wc;
+  wc.id = NewId(job.id_prefix);
+  wc.created = std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+  wc.model = model_name;
+  wc.mode = params.mode;
+  wc.prompt_tokens = n_prompt;
+  wc.include_usage = job.gen.include_usage;
+  wc.logprobs = job.gen.logprobs >= 0;
+  wc.new_id = [this](const char* prefix) { return NewId(prefix); };
+  const std::string id = wc.id;
+  std::shared_ptr<ProtocolWriter> writer = job.writer(std::move(wc));
   const decode::Mode mode = params.mode;
   const SocketWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   const std::string prompt_text = std::move(job.prompt_text);
   auto log_line = [this, mode, id, prompt_text](const Exchange& e, const char* how) {
     const auto& o = e.outcome;
-    const Timings t = TimingsOf(e);
+    const Timings t = TimingsOf(o, e.first_token_at);
     const double tps =
         o.output.size() > 1 && t.gen_s > 0 ? static_cast<double>(o.output.size() - 1) / t.gen_s : 0;
     std::string s = fmt::format(
@@ -427,148 +428,57 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
       SetLogExtra(req, log_line(*ex, "failed"));
       throw ApiError(500, "server_error", "", "generation failed: " + ex->outcome.error);
     }
-    MessageBuilder mb;
-    for (const auto& d : ex->deltas) mb.Add(d);
-    json body;
-    const std::string finish = FinishReasonText(*ex, static_cast<int>(mb.calls.size()));
-    if (job.chat) {
-      json msg = {{"role", "assistant"}, {"content", mb.content}};
-      if (!mb.reasoning.empty()) msg["reasoning_content"] = mb.reasoning;
-      if (!mb.calls.empty()) {
-        json calls = json::array();
-        for (const auto& c : mb.calls) {
-          calls.push_back({{"id", NewId("call_")},
-                           {"type", "function"},
-                           {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-        }
-        msg["tool_calls"] = calls;
-        if (mb.content.empty()) msg["content"] = nullptr;
-      }
-      body = {{"id", id},
-              {"object", "chat.completion"},
-              {"created", created_at},
-              {"model", model_name},
-              {"system_fingerprint", "crossword-0.1.0"},
-              {"choices", json::array({{{"index", 0},
-                                        {"message", msg},
-                                        {"logprobs", nullptr},
-                                        {"finish_reason", finish}}})}};
-    } else {
-      body = {{"id", id},
-              {"object", "text_completion"},
-              {"created", created_at},
-              {"model", model_name},
-              {"system_fingerprint", "crossword-0.1.0"},
-              {"choices", json::array({{{"text", mb.content},
-                                        {"index", 0},
-                                        {"logprobs", nullptr},
-                                        {"finish_reason", finish}}})}};
-    }
-    if (job.gen.logprobs >= 0) {
-      int64_t offset = 0;
-      body["choices"][0]["logprobs"] = LogprobsJson(job.chat, ex->logprobs, offset);
-    }
-    body["usage"] = UsageJson(ex->outcome);
-    body["timings"] = TimingsJson(*ex, mode);
-    if (options.log_prompts)
+    Finished f{ex->outcome, ex->first_token_at, ex->stop_string, std::move(ex->logprobs)};
+    const json body = writer->Final(ex->deltas, f);
+    if (options.log_prompts) {
+      MessageBuilder mb;
+      for (const auto& d : ex->deltas) mb.Add(d);
       log.Info("{} answer: {}{}", id,
                mb.reasoning.empty() ? "" : "[reasoning] " + mb.reasoning + " [/reasoning] ",
                mb.content);
+    }
     res.set_content(Dump(body), "application/json");
     SetLogExtra(req, log_line(*ex, "done"));
     return;
   }
 
-  const bool chat = job.chat, include_usage = job.gen.include_usage,
-             logprobs = job.gen.logprobs >= 0;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  auto chunk = [this, id, created_at, chat, include_usage](json delta_or_text, const json& finish) {
-    json c = {{"id", id},
-              {"object", chat ? "chat.completion.chunk" : "text_completion"},
-              {"created", created_at},
-              {"model", model_name},
-              {"system_fingerprint", "crossword-0.1.0"}};
-    if (chat) {
-      c["choices"] = json::array({{{"index", 0},
-                                   {"delta", std::move(delta_or_text)},
-                                   {"logprobs", nullptr},
-                                   {"finish_reason", finish}}});
-    } else {
-      c["choices"] = json::array({{{"text", std::move(delta_or_text)},
-                                   {"index", 0},
-                                   {"logprobs", nullptr},
-                                   {"finish_reason", finish}}});
-    }
-    if (include_usage) c["usage"] = nullptr;
-    return c;
-  };
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ex, &req, watch, chunk, chat, include_usage, logprobs, mode, log_line, id](
-          size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+      [this, ex, writer, &req, watch, log_line, id](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) {
+          return s.empty() || sink.write(s.data(), s.size());
+        };
         auto gone = [&](const char* why) {
           ex->Cancel();
           SetLogExtra(req, fmt::format("| {} {}, cancelled", id, why));
           return false;
         };
-        if (chat && !write(Sse(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))))
-          return gone("client gone");
-        std::vector<std::string> call_ids;
+        if (!write(writer->Head())) return gone("client gone");
         std::vector<json> lp_pending;
         int64_t text_offset = 0;  // completions' logprobs.text_offset across chunks
         for (;;) {
           std::vector<chat::StreamDelta> got;
+          std::vector<PassTrace> traces;
           bool done;
           {
             std::unique_lock lk(ex->mu);
-            ex->cv.wait_for(lk, kPoll, [&] { return !ex->deltas.empty() || ex->done; });
+            ex->cv.wait_for(lk, kPoll,
+                            [&] { return !ex->deltas.empty() || !ex->traces.empty() || ex->done; });
             got.swap(ex->deltas);
-            // Token logprobs ride on the next chunk that carries text (or the final one).
+            traces.swap(ex->traces);
+            // Token logprobs ride on the next event that carries text (or the final one).
             if (!got.empty()) {
               for (auto& e : ex->logprobs) lp_pending.push_back(std::move(e));
               ex->logprobs.clear();
             }
             done = ex->done;
           }
-          std::string out;
-          auto with_logprobs = [&](json c) {
-            if (logprobs && !lp_pending.empty()) {
-              c["choices"][0]["logprobs"] = LogprobsJson(chat, lp_pending, text_offset);
-              lp_pending.clear();
-            }
-            return c;
-          };
-          for (auto& d : got) {
-            if (!chat) {
-              out += Sse(with_logprobs(chunk(d.text, nullptr)));
-              continue;
-            }
-            json delta;
-            switch (d.kind) {
-              case Kind::kContent:
-                delta = {{"content", d.text}};
-                break;
-              case Kind::kReasoning:
-                delta = {{"reasoning_content", d.text}};
-                break;
-              case Kind::kToolCallStart:
-                call_ids.push_back(NewId("call_"));
-                delta = {{"tool_calls",
-                          json::array({{{"index", d.index},
-                                        {"id", call_ids.back()},
-                                        {"type", "function"},
-                                        {"function", {{"name", d.name}, {"arguments", ""}}}}})}};
-                break;
-              case Kind::kToolCallArguments:
-                delta = {{"tool_calls", json::array({{{"index", d.index},
-                                                      {"function", {{"arguments", d.text}}}}})}};
-                break;
-            }
-            out += Sse(with_logprobs(chunk(std::move(delta), nullptr)));
-          }
-          if (!out.empty() && !write(out)) return gone("client gone");
+          if (!got.empty() && !write(writer->Deltas(got, lp_pending))) return gone("client gone");
+          std::string trace_text;
+          for (const auto& t : traces) trace_text += writer->Trace(t);
+          if (!write(trace_text)) return gone("client gone");
           if (done) break;
           if (stopping.load()) return gone("server stopping");
           if (watch.PeerClosed()) return gone("client gone");
@@ -577,25 +487,14 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
         {
           std::lock_guard lk(ex->mu);
           if (!ex->outcome.error.empty()) {
-            tail = Sse(ErrorJson(
-                ApiError(500, "server_error", "", "generation failed: " + ex->outcome.error)));
+            tail = writer->StreamError(
+                ApiError(500, "server_error", "", "generation failed: " + ex->outcome.error));
           } else {
-            const std::string finish = FinishReasonText(*ex, static_cast<int>(call_ids.size()));
             for (auto& e : ex->logprobs) lp_pending.push_back(std::move(e));
             ex->logprobs.clear();
-            json last = chunk(chat ? json::object() : json(""), finish);
-            if (logprobs)
-              last["choices"][0]["logprobs"] = LogprobsJson(chat, lp_pending, text_offset);
-            last["timings"] = TimingsJson(*ex, mode);
-            tail = Sse(last);
-            if (include_usage) {
-              json u = chunk(json::object(), nullptr);
-              u["choices"] = json::array();
-              u["usage"] = UsageJson(ex->outcome);
-              tail += Sse(u);
-            }
+            Finished f{ex->outcome, ex->first_token_at, ex->stop_string, std::move(lp_pending)};
+            tail = writer->Tail(f);
           }
-          tail += "data: [DONE]\n\n";
           SetLogExtra(req, log_line(*ex, ex->outcome.error.empty() ? "done" : "failed"));
         }
         if (!write(tail)) return false;

@@ -18,7 +18,13 @@ std::string StopFilter::Push(std::string_view text) {
   held_.append(text);
   if (stops_.empty()) return std::exchange(held_, {});
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  for (const auto& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < first) {
+      first = at;
+      matched_stop_ = s;
+    }
+  }
   if (first != std::string::npos) {
     matched_ = true;
     std::string out = held_.substr(0, first);

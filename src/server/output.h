@@ -27,11 +27,14 @@ class StopFilter {
   /// End of the stream: releases what was held back (nothing after a match).
   std::string Flush();
   bool matched() const { return matched_; }
+  /// The stop string that matched ("" before a match); the earliest in the text wins.
+  const std::string& matched_stop() const { return matched_stop_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
   bool matched_ = false;
+  std::string matched_stop_;
 };
 
 struct OutputOptions {
@@ -67,6 +70,8 @@ class OutputStream {
   void Finish(std::vector<chat::StreamDelta>& out);
 
   bool stopped_by_string() const { return stop_.matched(); }
+  /// The stop string that ended the output ("" when none did).
+  const std::string& stop_string() const { return stop_.matched_stop(); }
   /// Number of tool calls reported so far.
   int tool_calls() const { return n_calls_; }
 

@@ -19,9 +19,9 @@ using json = nlohmann::ordered_json;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void SendError(httplib::Response& res, const ApiError& e) {
+void SendError(httplib::Response& res, const ApiError& e, ErrorShape shape) {
   res.status = e.status();
-  res.set_content(Dump(ErrorJson(e)), "application/json");
+  res.set_content(Dump(ErrorJson(e, shape)), "application/json");
 }
 
 void Server::Impl::SetLogExtra(const httplib::Request& req, std::string text) {
@@ -77,21 +77,32 @@ const char* StatusText(int status) {
 
 }  // namespace
 
-void Server::Impl::Route(const std::string& method, const std::string& pattern,
-                         std::function<void(const httplib::Request&, httplib::Response&)> fn) {
-  auto wrapped = [this, fn](const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::Route(const std::string& method, const std::string& path,
+                         std::function<void(const httplib::Request&, httplib::Response&)> fn,
+                         RouteSpec spec) {
+  route_specs[path] = spec;
+  auto wrapped = [this, fn, spec](const httplib::Request& req, httplib::Response& res) {
     try {
+      if (spec.needs_model) RequireReady();
       fn(req, res);
     } catch (const ApiError& e) {
-      SendError(res, e);
+      SendError(res, e, spec.errors);
       SetLogExtra(req, std::string("| ") + e.type() +
                            (e.param().empty() ? "" : " param " + e.param()) +
                            (options.log_prompts ? std::string(": ") + e.what() : ""));
     } catch (const std::exception& e) {
       log.Err("{} {}: internal error: {}", req.method, req.path, e.what());
-      SendError(res, ApiError(500, "server_error", "", std::string("internal error: ") + e.what()));
+      SendError(res, ApiError(500, "server_error", "", std::string("internal error: ") + e.what()),
+                spec.errors);
     }
   };
+  // Paths are literal (httplib takes regular expressions: escape the few special characters
+  // that occur in them).
+  std::string pattern;
+  for (char c : path) {
+    if (c == '.' || c == '+' || c == '(' || c == ')') pattern += '\\';
+    pattern += c;
+  }
   if (method == "GET") {
     http.Get(pattern, wrapped);
   } else {
@@ -117,9 +128,10 @@ void Server::Impl::Setup() {
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     ++http_requests;
-    if (options.api_key.empty() || req.path == "/health" || req.path == "/v1/health") {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
+    // Unknown paths are authenticated as OpenAI routes (a 401 before a 404 reveals nothing).
+    const auto spec_it = route_specs.find(req.path);
+    const RouteSpec spec = spec_it != route_specs.end() ? spec_it->second : RouteSpec{};
+    if (options.api_key.empty() || spec.open) return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     // RFC 9110 section 11.1: the scheme is case-insensitive ("bearer", "BEARER").
     constexpr std::string_view kBearer = "bearer ";
@@ -130,23 +142,35 @@ void Server::Impl::Setup() {
     if (is_bearer && SameSecret(auth.substr(kBearer.size()), options.api_key)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
-    SendError(res, ApiError(401, "invalid_request_error", "",
-                            auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'"
-                                         : "incorrect API key provided",
-                            "invalid_api_key"));
+    const std::string x_key = spec.x_api_key ? req.get_header_value("x-api-key") : "";
+    if (!x_key.empty() && SameSecret(x_key, options.api_key)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    const bool none = auth.empty() && x_key.empty();
+    SendError(res,
+              ApiError(401, "invalid_request_error", "",
+                       none ? (spec.x_api_key
+                                   ? "missing API key: send 'x-api-key: KEY' or 'Authorization: "
+                                     "Bearer KEY'"
+                                   : "missing API key: send 'Authorization: Bearer KEY'")
+                            : "incorrect API key provided",
+                       "invalid_api_key"),
+              spec.errors);
     return httplib::Server::HandlerResponse::Handled;
   });
   // Bodies for errors the library produces itself (404, 413, 400 for unparsable HTTP).
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string msg = StatusText(res.status);
     if (res.status == 404) msg = "no route for " + req.method + " " + req.path;
     if (res.status == 413)
       msg = "the request body is larger than this server accepts (--max-body-size)";
     const std::string code = res.status == 413 ? "request_too_large" : "";
+    const auto spec = route_specs.find(req.path);
     SendError(res,
               ApiError(res.status, res.status >= 500 ? "server_error" : "invalid_request_error", "",
-                       msg, code));
+                       msg, code),
+              spec != route_specs.end() ? spec->second.errors : ErrorShape::kOpenAi);
   });
   http.set_exception_handler(
       [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
@@ -194,14 +218,17 @@ void Server::Impl::Setup() {
           "application/json");
     }
   };
-  Route("GET", "/health", health);
-  Route("GET", "/v1/health", health);
+  const RouteSpec no_model{.needs_model = false};
+  Route("GET", "/health", health, {.needs_model = false, .open = true});
+  Route("GET", "/v1/health", health, {.needs_model = false, .open = true});
   for (const char* p : {"/v1/models", "/models"}) {
-    Route("GET", p,
-          [this](const httplib::Request& q, httplib::Response& r) { HandleModels(q, r); });
+    Route(
+        "GET", p, [this](const httplib::Request& q, httplib::Response& r) { HandleModels(q, r); },
+        no_model);
   }
-  Route("GET", "/metrics",
-        [this](const httplib::Request& q, httplib::Response& r) { HandleMetrics(q, r); });
+  Route(
+      "GET", "/metrics",
+      [this](const httplib::Request& q, httplib::Response& r) { HandleMetrics(q, r); }, no_model);
   for (const char* p : {"/v1/chat/completions", "/chat/completions"}) {
     Route("POST", p, [this](const httplib::Request& q, httplib::Response& r) { HandleChat(q, r); });
   }
@@ -209,6 +236,21 @@ void Server::Impl::Setup() {
     Route("POST", p,
           [this](const httplib::Request& q, httplib::Response& r) { HandleCompletion(q, r); });
   }
+  const RouteSpec anthropic{.errors = ErrorShape::kAnthropic, .x_api_key = true};
+  Route(
+      "POST", "/v1/messages",
+      [this](const httplib::Request& q, httplib::Response& r) { HandleMessages(q, r); }, anthropic);
+  Route(
+      "POST", "/v1/messages/count_tokens",
+      [this](const httplib::Request& q, httplib::Response& r) { HandleCountTokens(q, r); },
+      anthropic);
+  Route("POST", "/v1/responses",
+        [this](const httplib::Request& q, httplib::Response& r) { HandleResponses(q, r); });
+  Route("GET", "/props",
+        [this](const httplib::Request& q, httplib::Response& r) { HandleProps(q, r); });
+  Route("GET", "/slots",
+        [this](const httplib::Request& q, httplib::Response& r) { HandleSlots(q, r); });
+  RouteWebUi();
   Route("POST", "/apply-template",
         [this](const httplib::Request& q, httplib::Response& r) { HandleApplyTemplate(q, r); });
   Route("POST", "/tokenize",
@@ -356,7 +398,6 @@ void Server::Impl::HandleMetrics(const httplib::Request& req, httplib::Response&
 }
 
 void Server::Impl::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
-  RequireReady();
   const json body = ParseBody(req.body);
   auto it = body.find("content");
   if (it == body.end() || !it->is_string()) BadRequest("content", "'content' must be a string");
@@ -390,7 +431,6 @@ void Server::Impl::HandleTokenize(const httplib::Request& req, httplib::Response
 }
 
 void Server::Impl::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
-  RequireReady();
   const json body = ParseBody(req.body);
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array())

@@ -43,6 +43,8 @@ struct ServerOptions {
   int max_checkpoints = 8;
   /// --metrics-compat vllm: /metrics also shows vLLM's names (docs/deploy.md).
   MetricsCompat metrics_compat = MetricsCompat::kNone;
+  bool no_slots = false;  ///< --no-slots: GET /slots answers 501
+  bool no_webui = false;  ///< --no-webui: no chat page at /
 };
 
 /// The server. Run() binds the port first (so /health answers "loading" while the model loads),

@@ -219,6 +219,8 @@ void RegisterServerCommands(CLI::App& app) {
          "--drain-timeout", f->drain_timeout,
          "seconds SIGTERM waits for requests in flight before cancelling them (0: at once)")
       ->capture_default_str();
+  cmd->add_flag("--no-slots", o.no_slots, "disable GET /slots (per-slot state)");
+  cmd->add_flag("--no-webui", o.no_webui, "disable the chat page at /");
   cmd->callback([f, cmd] {
     const std::vector<std::string> extra = cmd->remaining();
     for (size_t i = 0; i < extra.size(); ++i) {

@@ -12,62 +12,32 @@
 #include <unordered_map>
 #include <vector>
 
+#include "server/exchange.h"
 #include "server/output.h"
 #include "server/server.h"
 
 namespace crossword::server {
 
-/// One generation request in flight: filled by the scheduler thread (callbacks), drained by the
-/// HTTP thread that answers the client.
-struct Exchange {
-  explicit Exchange(const tokenizer::Tokenizer& tok, OutputOptions o) : stream(tok, std::move(o)) {}
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<chat::StreamDelta> deltas;  // decided, not yet taken by the HTTP thread
-  bool done = false;
-  engine::RequestOutcome outcome;
-  bool stopped = false;        // a stop string or the single-tool-call rule ended it
-  double first_token_at = -1;  // seconds since submit
-  std::vector<nlohmann::ordered_json> logprobs;   // per-token entries not yet taken
-  std::shared_ptr<engine::RequestHandle> handle;  // the running part (a forced call adds one)
-  bool cancelled = false;
-  /// Cancels the request (any thread): the running part and any continuation.
-  void Cancel() {
-    std::lock_guard lk(mu);
-    cancelled = true;
-    if (handle) handle->Cancel();
-  }
-  // Scheduler thread only.
-  OutputStream stream;
-  std::vector<chat::StreamDelta> scratch;
-  std::chrono::steady_clock::time_point submitted;
-  // tool_choice required / named with thinking on: when the reasoning ends (`</think>`), the
-  // generation stops and continues from prompt + answer + the call's opening.
-  struct Force {
-    bool armed = false, triggered = false;
-    int32_t think_end = -1;
-    std::string text;             // "\n\n<tool_call>\n<function=NAME>\n"
-    std::vector<int32_t> tokens;  // its tokens
-    // The tool-call grammar of the continuation (the reasoning before it is free text).
-    std::shared_ptr<const grammar::CompiledGrammar> grammar;
-  } force;
-  std::vector<int32_t> prompt;  // prompt of the running part
-  decode::DecodeParams params;  // its parameters
-  bool use_cache = true;
-  bool streaming = false;  // the HTTP thread waits for deltas (else only for `done`)
-  int top_logprobs = -1;
-  engine::RequestOutcome first;  // outcome of the part before a continuation
-  bool continued = false;
-};
-
-/// What the two generation endpoints need once a request is parsed and its prompt tokenized.
+/// What a generation endpoint hands the exchange runner once a request is parsed and its prompt
+/// tokenized: the job and the protocol's writer.
 struct GenerationJob {
-  bool chat = true;
+  std::string prompt_param = "messages";  // the request field a too-long prompt is blamed on
+  const char* id_prefix = "chatcmpl-";    // of the response id
+  std::function<std::unique_ptr<ProtocolWriter>(WriterContext)> writer;
   std::vector<int32_t> prompt;
   GenerationRequest gen;  // decoding parameters, stop strings, stream flags
   Exchange::Force force;  // tool-call forcing after the reasoning (armed when needed)
   OutputOptions output;
-  std::string prompt_text;  // for --log-prompts
+  std::string prompt_text;                                         // for --log-prompts
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // the tools the model sees
+};
+
+/// How a route authenticates and answers errors.
+struct RouteSpec {
+  ErrorShape errors = ErrorShape::kOpenAi;
+  bool needs_model = true;  ///< 503 until the model is loaded
+  bool open = false;        ///< answers without the API key (health, the page's files)
+  bool x_api_key = false;   ///< the key may also come as `x-api-key: KEY` (Anthropic clients)
 };
 
 struct Server::Impl {
@@ -106,10 +76,21 @@ struct Server::Impl {
   /// exits before the "listening" line. Throws crossword::Error naming the flag.
   void CheckOptions() const;
   void Load();
-  void Route(const std::string& method, const std::string& pattern,
-             std::function<void(const httplib::Request&, httplib::Response&)> fn);
+  /// Registers a handler for an exact path. The handler's ApiErrors become the spec's error body.
+  void Route(const std::string& method, const std::string& path,
+             std::function<void(const httplib::Request&, httplib::Response&)> fn,
+             RouteSpec spec = {});
+  /// Written by Setup() before the port is served, read-only afterwards: path -> its spec.
+  std::unordered_map<std::string, RouteSpec> route_specs;
   void HandleChat(const httplib::Request& req, httplib::Response& res);
   void HandleCompletion(const httplib::Request& req, httplib::Response& res);
+  void HandleMessages(const httplib::Request& req, httplib::Response& res);
+  void HandleCountTokens(const httplib::Request& req, httplib::Response& res);
+  void HandleResponses(const httplib::Request& req, httplib::Response& res);
+  /// GET /, /app.js, /style.css: the chat page (webui.cc), unless --no-webui.
+  void RouteWebUi();
+  void HandleProps(const httplib::Request& req, httplib::Response& res);
+  void HandleSlots(const httplib::Request& req, httplib::Response& res);
   void HandleApplyTemplate(const httplib::Request& req, httplib::Response& res);
   void HandleTokenize(const httplib::Request& req, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
@@ -118,14 +99,16 @@ struct Server::Impl {
   /// Queues one part of an exchange (the request, or its continuation after a forced call's
   /// opening) with callbacks that feed the exchange. Throws crossword::Error as Submit does.
   std::shared_ptr<engine::RequestHandle> SubmitPart(const std::shared_ptr<Exchange>& ex);
+  /// A chat request's job (prompt from the template, tool forcing, grammars), without a writer:
+  /// every chat-shaped API (OpenAI chat, Anthropic Messages, OpenAI Responses) starts here.
+  /// Throws ApiError(400) for messages the template rejects or grammars that do not compile.
+  GenerationJob ChatJob(ChatRequest r);
   /// Runs a parsed job: submits it and answers (stream or not).
   void Generate(const httplib::Request& req, httplib::Response& res, GenerationJob job);
   void RequireReady() const;
 };
 
-/// Writes OpenAI's error JSON with the error's status.
-void SendError(httplib::Response& res, const ApiError& e);
-/// JSON serialization that never throws on odd bytes (replaced by U+FFFD).
-std::string Dump(const nlohmann::ordered_json& j);
+/// Writes the error's body in `shape` with the error's status.
+void SendError(httplib::Response& res, const ApiError& e, ErrorShape shape = ErrorShape::kOpenAi);
 
 }  // namespace crossword::server

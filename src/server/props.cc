@@ -1,0 +1,124 @@
+// llama-server's introspection routes: GET /props (server-wide settings: context, slots, chat
+// template, special tokens, default generation settings) and GET /slots (what each slot is doing,
+// with crossword's decoding mode, block size, threshold and tokens per pass). Shapes follow
+// llama-server's tools/server README; fields crossword has no equivalent for are left out.
+#include "server/server_impl.h"
+#include "tokenizer/utf8.h"
+
+namespace crossword::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// llama-server's per-slot "params" object from decoding parameters.
+json ParamsJson(const decode::DecodeParams& p) {
+  const decode::SamplingParams& s = p.sampling;
+  return {{"n_predict", p.max_tokens},
+          {"seed", s.seed},
+          {"temperature", s.temperature},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"repeat_penalty", s.repetition_penalty},
+          {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty},
+          {"max_tokens", p.max_tokens},
+          {"ignore_eos", p.eog_ids.empty()},
+          {"samplers", json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
+          {"speculative.n_max", p.draft_max},
+          {"speculative.p_min", p.draft_p_min}};
+}
+
+// crossword's decoding fields of a slot or of the defaults.
+json DecodingJson(decode::Mode mode, int block_size, float threshold, int draft_max) {
+  return {{"mode", decode::ModeName(mode)},
+          {"block_size", block_size},
+          {"threshold", threshold},
+          {"draft_max", draft_max}};
+}
+
+std::string TokenText(const tokenizer::Tokenizer& tok, std::optional<int32_t> id) {
+  std::string s;
+  if (id) tokenizer::AppendUtf8Lossy(tok.TokenBytes(*id), s);
+  return s;
+}
+
+}  // namespace
+
+void Server::Impl::HandleProps(const httplib::Request&, httplib::Response& res) {
+  const decode::DecodeParams& p = defaults.params;
+  const auto& tok = engine->tokenizer();
+  json dgs = {{"id", 0},
+              {"id_task", -1},
+              {"n_ctx", n_ctx_slot},
+              {"speculative", p.mode == decode::Mode::kSpec},
+              {"is_processing", false},
+              {"params", ParamsJson(p)},
+              {"crossword", DecodingJson(p.mode, p.block_size, p.threshold, p.draft_max)}};
+  std::string tmpl;
+  if (auto src = engine->model().file().GetString("tokenizer.chat_template")) tmpl = *src;
+  json props = {{"default_generation_settings", dgs},
+                {"total_slots", options.n_slots},
+                {"model_alias", model_name},
+                {"model_path", options.engine.model_path.empty() ? std::string("(embedded)")
+                                                                 : options.engine.model_path},
+                {"modalities", {{"vision", false}, {"audio", false}}},
+                {"endpoint_slots", !options.no_slots},
+                {"endpoint_props", false},
+                {"endpoint_metrics", true},
+                {"webui", !options.no_webui},
+                {"chat_template", tmpl},
+                {"bos_token", TokenText(tok, tok.special().bos)},
+                {"eos_token", TokenText(tok, tok.special().eos)},
+                {"build_info", "crossword-0.1.0"},
+                {"n_ctx_train", engine->model().hparams().n_ctx_train},
+                {"max_block_size", scheduler->options().max_block_size}};
+  res.set_content(Dump(props), "application/json");
+}
+
+void Server::Impl::HandleSlots(const httplib::Request& req, httplib::Response& res) {
+  if (options.no_slots) {
+    throw ApiError(501, "not_supported_error", "",
+                   "this server was started with --no-slots: the /slots endpoint is disabled");
+  }
+  if (req.has_param("fail_on_no_slot")) {
+    const engine::SchedulerMetrics m = scheduler->Metrics();
+    if (m.slots_busy >= m.n_slots)
+      throw ApiError(503, "unavailable_error", "", "no slot available");
+  }
+  const engine::SchedulerMetrics m = scheduler->Metrics();
+  json slots = json::array();
+  for (const engine::SlotState& s : m.slots) {
+    decode::DecodeParams p = defaults.params;
+    if (s.busy) {
+      p.mode = s.mode;
+      p.block_size = s.block_size;
+      p.threshold = s.threshold;
+      p.draft_max = s.draft_max;
+      p.max_tokens = s.max_tokens;
+    }
+    json cw = DecodingJson(p.mode, p.block_size, p.threshold, p.draft_max);
+    cw["tokens_per_pass"] = s.tokens_per_pass;
+    cw["passes"] = s.passes;
+    cw["n_past"] = s.n_past;
+    cw["n_prompt"] = s.n_prompt;
+    cw["phase"] = !s.busy ? "idle" : s.generating ? "generating" : "prefill";
+    slots.push_back({{"id", s.id},
+                     {"id_task", s.busy ? static_cast<int64_t>(s.request) : -1},
+                     {"n_ctx", n_ctx_slot},
+                     {"speculative", p.mode == decode::Mode::kSpec},
+                     {"is_processing", s.busy},
+                     {"params", ParamsJson(p)},
+                     {"next_token",
+                      {{"has_next_token", s.busy},
+                       {"has_new_line", false},
+                       {"n_remain", s.busy ? s.max_tokens - s.n_decoded : -1},
+                       {"n_decoded", s.n_decoded},
+                       {"stopping_word", ""}}},
+                     {"crossword", cw}});
+  }
+  res.set_content(Dump(slots), "application/json");
+}
+
+}  // namespace crossword::server

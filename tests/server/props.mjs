@@ -1,0 +1,80 @@
+// llama-server's GET /props and GET /slots shapes: context, slots, chat template, special tokens
+// and default generation settings; each slot's state with crossword's decoding mode, block size,
+// threshold and tokens per pass while a request runs; --no-slots turns /slots off (501);
+// behind --api-key both need the key.
+import assert from "node:assert/strict";
+import { check, get, run, sleep, startServer } from "./harness.mjs";
+
+const srv = await startServer(["-np", "2", "-c", "2048", "--mode", "diffusion", "--threshold", "0.9"]);
+const off = await startServer(["--no-slots", "--api-key", "sk-k"]);
+
+check("/props: llama-server's fields with crossword's defaults", async () => {
+  const { status, body } = await get(srv.base, "/props");
+  assert.equal(status, 200);
+  assert.equal(body.total_slots, 2);
+  const d = body.default_generation_settings;
+  assert.equal(d.n_ctx, 1024);
+  assert.equal(typeof d.params.temperature, "number");
+  assert.equal(typeof d.params.top_k, "number");
+  assert.ok(Array.isArray(d.params.samplers));
+  assert.equal(d.crossword.mode, "diffusion");
+  assert.equal(d.crossword.threshold.toFixed(2), "0.90");
+  assert.equal(typeof body.chat_template, "string");
+  assert.ok(body.chat_template.includes("im_start"), "the model's chat template");
+  assert.equal(typeof body.eos_token, "string");
+  assert.equal(body.endpoint_slots, true);
+  assert.equal(body.webui, true);
+  assert.deepEqual(body.modalities, { vision: false, audio: false });
+});
+
+check("/slots: idle slots, then a busy one with its decoding mode and tokens per pass", async () => {
+  let r = await get(srv.base, "/slots");
+  assert.equal(r.status, 200);
+  assert.equal(r.body.length, 2);
+  for (const [i, s] of r.body.entries()) {
+    assert.equal(s.id, i);
+    assert.equal(s.is_processing, false);
+    assert.equal(s.n_ctx, 1024);
+    assert.equal(s.id_task, -1);
+  }
+  // A long diffusion answer with a block size the server does not default to.
+  const ctl = new AbortController();
+  const req = fetch(srv.base + "/v1/chat/completions", {
+    method: "POST", signal: ctl.signal, headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      messages: [{ role: "user", content: "Tell me a long story." }], max_tokens: 600, ignore_eos: true, stream: true,
+      crossword: { mode: "diffusion", block_size: 16, threshold: 0.8 },
+    }),
+  }).then((x) => x.text()).catch(() => "");
+  let busy = null;
+  for (let i = 0; i < 400 && !busy; i++) {
+    r = await get(srv.base, "/slots");
+    busy = r.body.find((s) => s.is_processing && s.crossword.passes > 2) ?? null;
+    if (!busy) await sleep(25);
+  }
+  ctl.abort();
+  await req;
+  assert.ok(busy, "a slot was seen busy: " + JSON.stringify(r.body));
+  assert.equal(busy.crossword.mode, "diffusion");
+  assert.equal(busy.crossword.block_size, 16);
+  assert.equal(busy.crossword.threshold.toFixed(2), "0.80");
+  assert.equal(busy.crossword.phase, "generating");
+  assert.ok(busy.crossword.tokens_per_pass > 0);
+  assert.ok(busy.next_token.n_decoded > 0);
+  assert.ok(busy.id_task > 0);
+  assert.equal(r.body.filter((s) => s.is_processing).length, 1);
+});
+
+check("--no-slots: /slots is a 501; /props says so; both need the key", async () => {
+  const h = { authorization: "Bearer sk-k" };
+  assert.equal((await get(off.base, "/slots")).status, 401);
+  assert.equal((await get(off.base, "/props")).status, 401);
+  const r = await get(off.base, "/slots", h);
+  assert.equal(r.status, 501);
+  assert.match(r.body.error.message, /--no-slots/);
+  const p = await get(off.base, "/props", h);
+  assert.equal(p.status, 200);
+  assert.equal(p.body.endpoint_slots, false);
+});
+
+await run([srv, off]);
