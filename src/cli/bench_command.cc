@@ -382,8 +382,9 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_option("-o,--output", flags->output, "md (table) or json (one object per line)")
       ->check(CLI::IsMember({"md", "json"}))
       ->capture_default_str();
-  cmd->callback([flags] {
-    if (!flags->model.ListDevicesIfAsked()) RunBench(*flags);
+  // `crossword bench serve` (src/tools) is a subcommand of this one; its run replaces this one.
+  cmd->callback([flags, cmd] {
+    if (cmd->get_subcommands().empty() && !flags->model.ListDevicesIfAsked()) RunBench(*flags);
   });
 }
 

@@ -13,6 +13,7 @@
 #include "server/server_commands.h"
 #include "tokenizer/tokenizer_commands.h"
 #include "tools/gguf_commands.h"
+#include "tools/serve_bench_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   crossword::cli::RegisterRunCommand(app);
   crossword::cli::RegisterLogitsCommand(app);
   crossword::cli::RegisterBenchCommand(app);
+  crossword::tools::RegisterBenchServeCommand(*app.get_subcommand("bench"));
   crossword::cli::RegisterCheckCommand(app);
   // The libraries beside the engine get the embedded model as bytes (they do not link it).
   crossword::tokenizer::RegisterTokenizerCommands(app, crossword::engine::EmbeddedModel());

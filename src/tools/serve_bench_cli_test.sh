@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# `crossword bench serve` against `crossword serve` on the embedded model: a 2 x 2 step grid
+# (input 32 / 64 tokens, concurrency 1 / 2), the chat endpoint on fortunes, a --spawn step with the
+# server's peak memory, and usage errors. The JSON results are checked with Python.
+# Usage: serve_bench_cli_test.sh CROSSWORD_BINARY
+set -euo pipefail
+cw=$1
+work=$(mktemp -d)
+server=
+cleanup() {
+  [[ -n $server ]] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+py=/usr/bin/python3
+
+"$cw" serve --port 0 -np 2 -t 1 2>"$work/server.log" >/dev/null &
+server=$!
+for _ in $(seq 600); do
+  grep -q " ready: " "$work/server.log" 2>/dev/null && break
+  kill -0 "$server" 2>/dev/null || { echo "FAIL: server died"; cat "$work/server.log"; exit 1; }
+  sleep 0.1
+done
+port=$(grep -o 'listening on http://[^ ]*' "$work/server.log" | head -1 | sed 's/.*://')
+[[ -n $port ]] || { echo "FAIL: no port in the server log"; cat "$work/server.log"; exit 1; }
+url=http://127.0.0.1:$port
+
+"$cw" bench serve --url "$url" --input-len 32,64 --max-concurrency 1,2 --num-prompts 4 \
+  --output-len 8 --warmup 1 --guard-max-other -1 --goodput "ttft:60000" \
+  --result-file "$work/grid.json" >"$work/grid.md"
+grep -q "Serving Benchmark Result\|Successful requests:" "$work/grid.md" ||
+  { echo "FAIL: no report"; cat "$work/grid.md"; exit 1; }
+
+"$cw" bench serve --url "$url" --endpoint /v1/chat/completions --dataset fortunes \
+  --input-len 24 --num-prompts 3 --output-len 6 --request-rate 20 --warmup 0 \
+  --guard-max-other -1 -o json >"$work/chat.json"
+
+"$cw" bench serve --spawn "$cw serve --port {port} -np 1 -t 1" --spawn-log "$work/spawn.log" \
+  --input-len 16 --num-prompts 2 \
+  --output-len 4 --warmup 0 --guard-max-other -1 --result-file "$work/spawn.json" >/dev/null
+
+$py - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+grid = json.load(open(f"{work}/grid.json"))
+assert grid["tool"] == "crossword bench serve"
+c = grid["contract"]
+assert c["machine"]["cpus"] >= 1 and "bench serve" in c["command"], c
+steps = grid["steps"]
+assert [(s["input_len"], s["max_concurrency"]) for s in steps] == [(32, 1), (32, 2), (64, 1), (64, 2)], steps
+for s in steps:
+    r = s["runs"][0]
+    assert r["completed"] == 4 and r["failed"] == 0, r
+    assert r["total_input_tokens"] == 4 * s["input_len"], r  # exact prompt lengths (token ids)
+    assert r["total_output_tokens"] == 4 * 8, r               # ignore_eos
+    assert 1 <= r["max_concurrent_requests"] <= s["max_concurrency"], r
+    assert 0 < r["median_ttft_ms"] <= r["median_e2el_ms"], r
+    assert r["ttft_ms"]["n"] == 4 and r["tpot_ms"]["n"] == 4, r
+    assert r["p99_ttft_ms"] >= r["median_ttft_ms"] and "p90_itl_ms" in r, r
+    assert r["request_goodput"] is not None and r["good_completed"] == 4, r
+    assert abs(r["output_throughput"] * r["duration"] - 32) < 1e-6, r
+    assert r["tokens_per_pass"] is not None, r  # crossword reports its decoding counters
+    assert s["median"]["output_throughput"] == r["output_throughput"], s
+    assert s["server_pid_found"] and s["server_peak_rss_mib"] > 0, s
+    assert r["guard"][0]["busy"] is False, r
+chat = json.load(open(f"{work}/chat.json"))
+r = chat["steps"][0]["runs"][0]
+assert r["completed"] == 3 and r["total_output_tokens"] == 18, r
+assert r["total_input_tokens"] > 3 * 24 - 3, r  # the chat template adds tokens around the text
+spawn = json.load(open(f"{work}/spawn.json"))
+s = spawn["steps"][0]
+assert s["runs"][0]["completed"] == 2 and s["server_peak_rss_mib"] > 1, s
+assert "{port}" not in s["server_command"] and s["server_ready_s"] > 0, s
+print("serve_bench_cli: ok", [round(x["median"]["output_throughput"], 1) for x in steps])
+PY
+
+fail=0
+expect() {  # expect CODE PATTERN ARGS...
+  local code=$1 pattern=$2 out rc
+  shift 2
+  out=$(timeout 60 "$cw" "$@" 2>&1) && rc=0 || rc=$?
+  if [[ $rc -ne $code ]] || ! grep -q -- "$pattern" <<<"$out"; then
+    echo "FAIL: crossword $* -> exit $rc (want $code): ${out:0:300}"
+    fail=1
+  fi
+}
+expect 2 "exactly one of --url and --spawn" bench serve
+expect 2 "must contain {port}" bench serve --spawn "true"
+expect 2 "not NAME:MS" bench serve --url "$url" --goodput ttft
+expect 2 "is not random, bible, fortunes" bench serve --url "$url" --dataset nope
+expect 2 "request-rate" bench serve --url "$url" --request-rate 0
+exit $fail
