@@ -2,8 +2,11 @@
 """Layering check (DEVELOPERS.md, "Layers, one direction"): no #include and no CMake link from a
 lower layer to a higher one.
 
-    base -> core -> {gguf, kernels} -> model (and backends/*, beside it) -> decode -> engine
+    base -> core -> {gguf, kernels} -> model -> backends/* -> decode -> engine
          -> {server, tools} -> cli (the executable, which registers every library's commands)
+
+Backends sit beside the model behind its seam: they implement the executor interface the model
+layer declares, so they may use model (and below), and model never uses them.
 
 tokenizer, chat and grammar sit on the side: they may use base, core, gguf and each other, and
 only model and the layers above may use them. Tests (*_test.cc, *_test.sh) are exempt: a test may
@@ -16,7 +19,7 @@ import pathlib
 import re
 import sys
 
-RANK = {"base": 0, "core": 1, "gguf": 2, "kernels": 2, "model": 3, "backends": 3, "decode": 4,
+RANK = {"base": 0, "core": 1, "gguf": 2, "kernels": 2, "model": 3, "backends": 3.5, "decode": 4,
         "engine": 5, "server": 6, "tools": 6, "cli": 7}
 SIDE = {"tokenizer", "chat", "grammar"}
 SIDE_RANK = 2.5  # above gguf, below model
