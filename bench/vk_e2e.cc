@@ -14,8 +14,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <thread>
 
+#include "backends/cpu/executor.h"
 #include "backends/vulkan/executor.h"
 #include "base/error.h"
 #include "tools/synth.h"
@@ -95,10 +95,9 @@ int Main(int argc, char** argv) {
     doc["model"] = {{"path", model_path}};
   }
   model::LoadOptions lo;
-  lo.repack = false;
   lo.logger = Logger(LogLevel::kWarn);
   const auto t_load = Clock::now();
-  std::unique_ptr<model::Model> m = model::Model::Load(path, lo);
+  std::shared_ptr<const model::Model> m = model::Model::Load(path, lo);
   const model::Hparams& hp = m->hparams();
   doc["model"]["n_layer"] = hp.n_layer;
   doc["model"]["n_embd"] = hp.n_embd;
@@ -114,7 +113,11 @@ int Main(int argc, char** argv) {
   eo.max_tokens = pass_tokens;
   eo.max_logit_rows = pass_tokens;
   eo.generate_weights_seed = synth_preset.empty() || real_weights ? 0 : 1;
-  VulkanExecutor exec(*dev, *m, eo);
+  VulkanExecutor exec(*dev, m, eo);
+  model::ContextOptions co;
+  co.max_tokens = std::max<int64_t>(prompt, 1);
+  co.max_logit_rows = pass_tokens;
+  std::unique_ptr<model::ForwardContext> ctx = exec.NewContext(co);
   doc["load_seconds"] = Since(t_load);
   doc["weight_bytes"] = exec.weight_bytes();
   doc["device"] = {{"name", dev->info().name},
@@ -123,7 +126,7 @@ int Main(int argc, char** argv) {
 
   model::StateOptions so;
   so.n_ctx = prompt + decode + 8;
-  std::unique_ptr<DeviceState> st = exec.NewState(so);
+  std::unique_ptr<model::SequenceState> st = exec.NewState(so);
   std::mt19937 rng(42);
   std::vector<int32_t> toks(static_cast<size_t>(prompt));
   for (int32_t& t : toks) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(hp.n_vocab));
@@ -133,22 +136,23 @@ int Main(int argc, char** argv) {
   for (int r = 0; r <= reps; ++r) {
     st->Reset();
     const auto t0 = Clock::now();
-    DeviceInput in{st.get(), toks, model::PassKind::kCausal, model::LogitRows::kLast, false};
-    exec.Forward({&in, 1});
+    model::SequenceInput in{st.get(), toks, model::PassKind::kCausal, model::LogitRows::kLast};
+    exec.Forward({&in, 1}, *ctx);
     if (r > 0) prefill_s.push_back(Since(t0));
   }
   const int prefill_dispatches = exec.last_dispatch_count();
   // AR decode: greedy from the prompt, one token per pass.
   std::vector<double> step_s;
-  int32_t next = Argmax(exec.logits(0));
+  int32_t next = Argmax(ctx->logits(0));
   std::vector<int32_t> gpu_tokens;
   for (int64_t i = 0; i < decode; ++i) {
     gpu_tokens.push_back(next);
     const auto t0 = Clock::now();
-    DeviceInput in{st.get(), {&next, 1}, model::PassKind::kCausal, model::LogitRows::kLast, false};
-    exec.Forward({&in, 1});
+    model::SequenceInput in{
+        st.get(), {&next, 1}, model::PassKind::kCausal, model::LogitRows::kLast};
+    exec.Forward({&in, 1}, *ctx);
     if (i > 0) step_s.push_back(Since(t0));  // the first step records the AR list
-    next = Argmax(exec.logits(0));
+    next = Argmax(ctx->logits(0));
   }
   const double step = Median(step_s);
   const double pre = Median(prefill_s);
@@ -167,20 +171,19 @@ int Main(int argc, char** argv) {
                    {"weight_gb_per_s_if_all_read",
                     step > 0 ? static_cast<double>(exec.weight_bytes()) / step / 1e9 : 0.0}};
   if (check_cpu > 0 && eo.generate_weights_seed == 0) {
-    model::ContextOptions co;
-    co.max_tokens = std::max<int64_t>(prompt, 1);
-    model::ForwardContext ctx(*m, co);
-    ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    auto cs = m->NewState(so);
+    auto cpu = std::make_unique<backends::cpu::CpuExecutor>(
+        m, backends::cpu::CpuOptions{.logger = Logger(LogLevel::kWarn)});
+    std::unique_ptr<model::ForwardContext> cctx = cpu->NewContext(co);
+    auto cs = cpu->NewState(so);
     model::SequenceInput in{cs.get(), toks, model::PassKind::kCausal, model::LogitRows::kLast};
-    m->Forward({&in, 1}, ctx, pool);
+    cpu->Forward({&in, 1}, *cctx);
     int same = 0;
     for (int i = 0; i < check_cpu && i < static_cast<int>(gpu_tokens.size()); ++i) {
-      const int32_t t = Argmax(ctx.logits(0));
+      const int32_t t = Argmax(cctx->logits(0));
       if (t != gpu_tokens[static_cast<size_t>(i)]) break;
       ++same;
       model::SequenceInput s{cs.get(), {&t, 1}, model::PassKind::kCausal, model::LogitRows::kLast};
-      m->Forward({&s, 1}, ctx, pool);
+      cpu->Forward({&s, 1}, *cctx);
     }
     doc["cpu_check"] = {{"tokens", check_cpu}, {"identical_prefix", same}};
   }

@@ -11,6 +11,15 @@
 #include "base/error.h"
 #include "kernels/kernels.h"
 
+#if CROSSWORD_HAVE_VULKAN
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "backends/vulkan/device.h"
+#include "backends/vulkan/executor.h"
+#endif
+
 namespace crossword::backends {
 namespace {
 
@@ -47,27 +56,70 @@ std::unique_ptr<model::Executor> CreateCpu(std::shared_ptr<const model::Model> m
   return std::make_unique<cpu::CpuExecutor>(std::move(model), o);
 }
 
-std::string VulkanUnavailable() {
 #if CROSSWORD_HAVE_VULKAN
-  return "not available yet: this build has the Vulkan runtime and shaders but no Vulkan "
-         "executor of the forward pass";
+std::string VulkanUnavailable() { return {}; }
+
+std::vector<DeviceInfo> VulkanDevices(const Logger&) {
+  std::vector<DeviceInfo> out;
+  for (const vulkan::DeviceInfo& v : vulkan::ListDevices()) {
+    if (!v.usable) continue;
+    DeviceInfo d;
+    d.backend = "vulkan";
+    d.index = v.index;
+    d.name = v.name;
+    d.description = vulkan::DescribeDevice(v);
+    d.discrete = v.type == vulkan::DeviceType::kDiscrete;
+    d.memory_bytes = v.device_local_bytes;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::unique_ptr<model::Executor> CreateVulkan(std::shared_ptr<const model::Model> model,
+                                              const ExecutorOptions& options) {
+  const int n_layer = model->hparams().n_layer;
+  if (options.n_gpu_layers == 0) {
+    options.logger.Info("-ngl 0: every layer runs on the CPU");
+    return CreateCpu(std::move(model), options);
+  }
+  if (options.n_gpu_layers > 0 && options.n_gpu_layers < n_layer) {
+    Fail(
+        "-ngl {}: splitting the {} layers between the GPU and the CPU is not implemented yet; use "
+        "-ngl {} or -1 (all layers on the GPU), -ngl 0 or --device cpu",
+        options.n_gpu_layers, n_layer, n_layer);
+  }
+  vulkan::DeviceOptions d;
+  d.allow_cpu = true;  // --device vulkan asked for it: lavapipe too (auto picks discrete GPUs)
+  d.logger = options.logger;
+  vulkan::ExecutorOptions e;
+  if (::isatty(STDERR_FILENO) && options.logger.Enabled(LogLevel::kInfo)) {
+    e.progress = [](uint64_t done, uint64_t total) {
+      std::fprintf(stderr, "\rvulkan: weights %5.1f%% (%llu / %llu MiB)%s",
+                   total ? 100.0 * done / total : 100.0,
+                   static_cast<unsigned long long>(done >> 20),
+                   static_cast<unsigned long long>(total >> 20), done == total ? "\n" : "");
+    };
+  }
+  return vulkan::VulkanExecutor::Open(std::move(model), d, e);
+}
 #else
+std::string VulkanUnavailable() {
   return "not built: this build has no Vulkan support (scripts/install-deps installs "
          "libvulkan-dev and glslc; reconfigure with CMake)";
-#endif
 }
 
-std::vector<DeviceInfo> NoDevices(const Logger&) { return {}; }
+std::vector<DeviceInfo> VulkanDevices(const Logger&) { return {}; }
 
-std::unique_ptr<model::Executor> CreateUnavailable(std::shared_ptr<const model::Model>,
-                                                   const ExecutorOptions&) {
+std::unique_ptr<model::Executor> CreateVulkan(std::shared_ptr<const model::Model>,
+                                              const ExecutorOptions&) {
   Fail("--device vulkan: {}", VulkanUnavailable());
 }
+#endif
 
 // The one list of backends. A new backend is one more entry here (and its folder).
 constexpr std::array kBackends = {
     Backend{"cpu", CpuUnavailable, CpuDevices, CreateCpu},
-    Backend{"vulkan", VulkanUnavailable, NoDevices, CreateUnavailable},
+    Backend{"vulkan", VulkanUnavailable, VulkanDevices, CreateVulkan},
 };
 
 const Backend* Find(std::string_view name) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "base/error.h"
@@ -64,7 +65,7 @@ TEST(Registry, AnUnavailableBackendSaysWhyAndWhatWorks) {
   }
 }
 
-TEST(Registry, CreatesAWorkingCpuExecutor) {
+std::shared_ptr<const model::Model> TinyModel() {
   const std::string path = ::testing::TempDir() + "/registry_tiny.gguf";
   if (!std::filesystem::exists(path)) {
     tools::SynthOptions so;
@@ -77,7 +78,11 @@ TEST(Registry, CreatesAWorkingCpuExecutor) {
   }
   model::LoadOptions lo;
   lo.logger = Logger::Silent();
-  std::shared_ptr<const model::Model> m = model::Model::Load(path, lo);
+  return model::Model::Load(path, lo);
+}
+
+TEST(Registry, CreatesAWorkingCpuExecutor) {
+  std::shared_ptr<const model::Model> m = TinyModel();
   ExecutorOptions o;
   o.device = "cpu";
   o.threads = 2;
@@ -102,6 +107,48 @@ TEST(Registry, CreatesAWorkingCpuExecutor) {
   auto ctx2 = other->NewContext({});
   EXPECT_THROW(other->Forward({&in, 1}, *ctx2), Error);
   EXPECT_EQ(st->n_past(), 3);
+}
+
+// --device vulkan by name: the Vulkan executor (lavapipe included), its greedy token equal to
+// the CPU's; -ngl 0 gives the CPU executor; a split it does not implement is refused.
+TEST(Registry, VulkanByNameRunsTheForwardContract) {
+  const Backend* vk = nullptr;
+  for (const Backend& b : Backends()) vk = b.name == "vulkan" ? &b : vk;
+  ASSERT_NE(vk, nullptr);
+  if (const std::string why = vk->unavailable(); !why.empty()) GTEST_SKIP() << "vulkan: " << why;
+  if (vk->devices(Logger::Silent()).empty()) GTEST_SKIP() << "no usable Vulkan device";
+  std::shared_ptr<const model::Model> m = TinyModel();
+  ExecutorOptions o;
+  o.device = "vulkan";
+  o.threads = 2;
+  o.logger = Logger::Silent();
+  o.n_gpu_layers = 2;
+  try {
+    CreateExecutor(m, o);
+    ADD_FAILURE() << "-ngl 2 of 4 layers accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("-ngl 2"), std::string::npos) << e.what();
+  }
+  o.n_gpu_layers = 0;
+  EXPECT_EQ(CreateExecutor(m, o)->name(), "cpu");
+  o.n_gpu_layers = -1;
+  std::unique_ptr<model::Executor> gpu = CreateExecutor(m, o);
+  EXPECT_EQ(gpu->name(), "vulkan");
+  o.device = "cpu";
+  std::unique_ptr<model::Executor> cpu = CreateExecutor(m, o);
+  const int32_t toks[] = {5, 6, 7, 8};
+  int32_t argmax[2];
+  for (int i = 0; i < 2; ++i) {
+    const model::Executor& x = i == 0 ? *cpu : *gpu;
+    auto st = x.NewState({});
+    auto ctx = x.NewContext({});
+    model::SequenceInput in{st.get(), toks};
+    x.Forward({&in, 1}, *ctx);
+    EXPECT_EQ(st->n_past(), 4);
+    const auto l = ctx->logits(0);
+    argmax[i] = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  }
+  EXPECT_EQ(argmax[1], argmax[0]);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "backends/vulkan/executor_internal.h"
 #include "backends/vulkan/ops.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "core/types.h"
 
 namespace crossword::vulkan {
@@ -139,9 +140,11 @@ uint64_t VulkanExecutor::StateBytes(const Hparams& hp, const model::StateOptions
   return floats * 4 + kv + rope;
 }
 
-VulkanExecutor::VulkanExecutor(Device& device, const model::Model& model,
+VulkanExecutor::VulkanExecutor(Device& device, std::shared_ptr<const model::Model> model_ptr,
                                const ExecutorOptions& options)
-    : device_(device), model_(model), options_(options) {
+    : device_(device), model_(std::move(model_ptr)), options_(options) {
+  Check(model_ != nullptr, "vulkan executor: no model");
+  const model::Model& model = *model_;
   const Hparams& hp = model.hparams();
   Check(options.max_tokens >= 1 && options.max_logit_rows >= 1 && options.max_recorded_shapes >= 1,
         "vulkan executor: max_tokens, max_logit_rows and max_recorded_shapes must be >= 1");
@@ -182,9 +185,24 @@ VulkanExecutor::VulkanExecutor(Device& device, const model::Model& model,
 
 VulkanExecutor::~VulkanExecutor() = default;
 
+std::unique_ptr<VulkanExecutor> VulkanExecutor::Open(std::shared_ptr<const model::Model> model,
+                                                     const DeviceOptions& device,
+                                                     const ExecutorOptions& options) {
+  std::unique_ptr<Device> dev = Device::Open(device);
+  auto e = std::make_unique<VulkanExecutor>(*dev, std::move(model), options);
+  e->owned_device_ = std::move(dev);  // the address stays; destroyed after every other member
+  return e;
+}
+
+std::string VulkanExecutor::Describe() const {
+  return fmt::format("Vulkan {} ({:.1f} MiB of weights, passes of {} tokens)",
+                     DescribeDevice(device_.info()), weight_bytes_ / 1048576.0,
+                     options_.max_tokens);
+}
+
 void VulkanExecutor::Upload() {
-  const model::Weights& w = model_.weights();
-  const Hparams& hp = model_.hparams();
+  const model::Weights& w = model_->weights();
+  const Hparams& hp = model_->hparams();
   Uploader up(device_);
   MemoryPool& pool = *weights_pool_;
   const bool generate = options_.generate_weights_seed != 0;
@@ -299,20 +317,20 @@ void VulkanExecutor::Upload() {
 // ---------------------------------------------------------------------------------------------
 // Sequence states.
 
-DeviceState::DeviceState(VulkanExecutor& exec, const model::StateOptions& o)
-    : exec_(exec), n_ctx_(o.n_ctx), max_rec_(o.max_record_tokens) {
+DeviceState::DeviceState(const VulkanExecutor& exec, const model::StateOptions& o)
+    : model::SequenceState(exec, o), exec_(exec) {
   const Hparams& hp = exec.hparams();
-  Check(o.n_ctx >= 1, "vulkan state: n_ctx must be >= 1 (got {})", o.n_ctx);
   Check(o.kv_type == GgmlType::kF16,
-        "vulkan state: the KV cache on the GPU is F16 (asked for {}); use --kv-type f16 or the CPU",
+        "vulkan state: the KV cache on the GPU is F16 (asked for {}); use an F16 cache or "
+        "--device cpu",
         TypeName(o.kv_type));
-  Check(o.max_record_tokens >= 0 && o.max_record_tokens <= exec.options().max_tokens,
-        "vulkan state: max_record_tokens {} must be in [0, {}] (the executor's tokens per pass)",
+  Check(o.max_record_tokens <= exec.options().max_tokens,
+        "vulkan state: max_record_tokens {} must be at most {} (the executor's tokens per pass)",
         o.max_record_tokens, exec.options().max_tokens);
-  rewrite_pos_.assign(kRewriteLog, 0);
   Device& dev = exec.device();
   const uint64_t align = dev.alignment();
   const int n_rec = hp.n_recurrent(), n_att = hp.n_attention();
+  const int64_t n_ctx = o.n_ctx, max_rec = o.max_record_tokens;
   const uint64_t slack = (static_cast<uint64_t>(n_rec) * 8 + n_att * 2 + 4) * align;
   pool_ = std::make_unique<MemoryPool>(dev, MemoryKind::kDevice,
                                        VulkanExecutor::StateBytes(hp, o) + slack);
@@ -333,8 +351,8 @@ DeviceState::DeviceState(VulkanExecutor& exec, const model::StateOptions& o)
       const uint64_t at = r * (conv + ssm);
       g.conv = conv > 0 ? gdn_all_.Sub(at, conv) : BufferView{};
       g.ssm = gdn_all_.Sub(at + conv, ssm);
-      if (max_rec_ > 0) {
-        const uint64_t rows = static_cast<uint64_t>(max_rec_);
+      if (max_rec > 0) {
+        const uint64_t rows = static_cast<uint64_t>(max_rec);
         if (conv > 0) g.conv0 = pool_->Allocate(conv, "GDN recording (conv)");
         g.ssm0 = pool_->Allocate(ssm, "GDN recording (ssm)");
         g.qkv = pool_->Allocate(rows * hp.conv_dim() * 4, "GDN recording (conv inputs)");
@@ -344,15 +362,15 @@ DeviceState::DeviceState(VulkanExecutor& exec, const model::StateOptions& o)
       }
       gdn_.push_back(g);
     }
-    const uint64_t kv = static_cast<uint64_t>(n_ctx_) * hp.n_head_kv * hp.head_dim * 2;
+    const uint64_t kv = static_cast<uint64_t>(n_ctx) * hp.n_head_kv * hp.head_dim * 2;
     for (int a = 0; a < n_att; ++a) {
-      k_cache_.push_back(pool_->Allocate(kv, "KV cache (raise device memory or lower -c)"));
-      v_cache_.push_back(pool_->Allocate(kv, "KV cache (raise device memory or lower -c)"));
+      k_cache_.push_back(pool_->Allocate(kv, "KV cache"));
+      v_cache_.push_back(pool_->Allocate(kv, "KV cache"));
       zero.push_back(k_cache_.back());
       zero.push_back(v_cache_.back());
     }
     if (n_att > 0) {
-      const std::vector<float> table = RopeTable(n_ctx_, hp.n_rot, hp.rope_freq_base);
+      const std::vector<float> table = RopeTable(n_ctx, hp.n_rot, hp.rope_freq_base);
       rope_ = pool_->Allocate(std::max<uint64_t>(table.size() * 4, 16), "rope table");
       WriteBuffer(dev, rope_, table.data(), table.size() * 4);
     }
@@ -362,23 +380,18 @@ DeviceState::DeviceState(VulkanExecutor& exec, const model::StateOptions& o)
     cl.End();
     cl.Run();
   } catch (const Error& e) {
-    Fail("{} (a sequence of {} tokens needs {:.1f} MiB on the device; lower -c)", e.what(), n_ctx_,
+    Fail("{} (a sequence of {} tokens needs {:.1f} MiB on the device; lower -c)", e.what(), n_ctx,
          VulkanExecutor::StateBytes(hp, o) / 1048576.0);
   }
 }
 
 DeviceState::~DeviceState() = default;
 
-uint64_t DeviceState::MemoryBytes() const {
+size_t DeviceState::MemoryBytes() const {
   return pool_->allocated_bytes() + host_pool_->allocated_bytes();
 }
 
-void DeviceState::Reset() {
-  n_past_ = 0;
-  high_water_ = 0;
-  ++generation_;
-  rewrite_pos_[generation_ % kRewriteLog] = 0;
-  rec_T_ = 0;
+void DeviceState::ResetRecurrent() {
   if (!gdn_all_.valid()) return;
   CommandList cl(exec_.device());
   cl.Begin({});
@@ -393,55 +406,38 @@ std::vector<float> DeviceState::ReadGdnState() const {
   return v;
 }
 
-void DeviceState::SaveSnapshot(model::StateSnapshot& snapshot) const {
-  snapshot.n_past = n_past_;
-  snapshot.generation = generation_;
-  snapshot.gdn.resize(gdn_all_.size / 4);
-  if (!snapshot.gdn.empty())
-    ReadBuffer(exec_.device(), gdn_all_, snapshot.gdn.data(), gdn_all_.size);
-}
+namespace {
 
-bool DeviceState::CanRestore(const model::StateSnapshot& s) const {
-  if (!s.valid() || s.gdn.size() != gdn_all_.size / 4 || s.n_past > n_ctx_) return false;
-  if (s.generation > generation_) return false;
-  if (generation_ - s.generation >= kRewriteLog) return false;
-  for (uint64_t g = s.generation + 1; g <= generation_; ++g) {
-    if (rewrite_pos_[g % kRewriteLog] < s.n_past) return false;
+// A snapshot's GDN states in host memory (layer by layer, conv then SSM: this state's device
+// layout). Prompt-cache checkpoints live in host memory, as llama.cpp keeps them by default.
+struct GdnPayload final : model::SnapshotPayload {
+  std::vector<float> gdn;
+  size_t MemoryBytes() const override { return gdn.size() * sizeof(float); }
+};
+
+}  // namespace
+
+void DeviceState::SaveRecurrent(std::unique_ptr<model::SnapshotPayload>& payload) const {
+  auto* p = dynamic_cast<GdnPayload*>(payload.get());
+  if (!p) {
+    payload = std::make_unique<GdnPayload>();
+    p = static_cast<GdnPayload*>(payload.get());
   }
-  return true;
+  p->gdn.resize(gdn_all_.size / 4);
+  if (!p->gdn.empty()) ReadBuffer(exec_.device(), gdn_all_, p->gdn.data(), gdn_all_.size);
 }
 
-void DeviceState::Restore(const model::StateSnapshot& s) {
-  if (!CanRestore(s)) {
-    Fail(
-        "state: cannot restore a snapshot at {} tokens: the sequence was rewritten before that "
-        "point since the snapshot was taken (or the snapshot belongs to another model)",
-        s.n_past);
-  }
-  if (!s.gdn.empty()) WriteBuffer(exec_.device(), gdn_all_, s.gdn.data(), gdn_all_.size);
-  n_past_ = s.n_past;
-  rec_T_ = 0;
+bool DeviceState::RecurrentFits(const model::SnapshotPayload& payload) const {
+  const auto* p = dynamic_cast<const GdnPayload*>(&payload);
+  return p && p->gdn.size() == gdn_all_.size / 4;
 }
 
-void DeviceState::NoteKvWrite(int64_t pos, int64_t T) {
-  if (pos < high_water_) {
-    ++generation_;
-    rewrite_pos_[generation_ % kRewriteLog] = pos;
-  }
-  high_water_ = std::max(high_water_, pos + T);
+void DeviceState::RestoreRecurrent(const model::SnapshotPayload& payload) {
+  const auto& p = static_cast<const GdnPayload&>(payload);
+  if (!p.gdn.empty()) WriteBuffer(exec_.device(), gdn_all_, p.gdn.data(), gdn_all_.size);
 }
 
-void DeviceState::Advance(int64_t T, bool recorded) {
-  rec_start_ = n_past_;
-  rec_T_ = recorded ? T : 0;
-  n_past_ += T;
-}
-
-void DeviceState::RollbackTo(int64_t n_keep) {
-  if (rec_T_ == 0) Fail("state: RollbackTo needs a recorded pass (forward with record = true)");
-  if (n_keep < 0 || n_keep > rec_T_)
-    Fail("state: RollbackTo({}) outside the recorded pass of {} tokens", n_keep, rec_T_);
-  if (n_keep == rec_T_) return;
+void DeviceState::ReplayRecurrent(int64_t n_keep) {
   if (!rollback_) {
     rollback_ = std::make_unique<CommandList>(exec_.device());
     rollback_->Begin(params_, exec_.options().ops);
@@ -450,26 +446,46 @@ void DeviceState::RollbackTo(int64_t n_keep) {
   }
   reinterpret_cast<int32_t*>(params_.host)[1] = static_cast<int32_t>(n_keep);
   rollback_->Run();
-  n_past_ = rec_start_ + n_keep;
-  rec_T_ = 0;
 }
 
-std::unique_ptr<DeviceState> VulkanExecutor::NewState(const model::StateOptions& options) {
-  return std::unique_ptr<DeviceState>(new DeviceState(*this, options));
+std::unique_ptr<model::SequenceState> VulkanExecutor::NewState(
+    const model::StateOptions& options) const {
+  return std::unique_ptr<model::SequenceState>(new DeviceState(*this, options));
+}
+
+VulkanContext::VulkanContext(const VulkanExecutor& executor, const model::ContextOptions& options)
+    : model::ForwardContext(executor, options), n_vocab_(executor.hparams().n_vocab) {
+  if (options.max_tokens < 1 || options.max_seqs < 1 || options.max_logit_rows < 1) {
+    Fail("forward context: max_tokens, max_seqs and max_logit_rows must be >= 1");
+  }
+  logits_.assign(static_cast<size_t>(options.max_logit_rows * n_vocab_), 0.0f);
+  seq_logit_offset_.assign(options.max_seqs, 0);
+  seq_logit_count_.assign(options.max_seqs, 0);
+}
+
+std::span<const float> VulkanContext::logits(int s) const {
+  if (s < 0 || s >= static_cast<int>(seq_logit_count_.size()))
+    Fail("logits: no sequence {} in the last pass", s);
+  return {logits_.data() + seq_logit_offset_[s] * n_vocab_,
+          static_cast<size_t>(seq_logit_count_[s] * n_vocab_)};
+}
+
+int64_t VulkanContext::n_logit_rows(int s) const {
+  if (s < 0 || s >= static_cast<int>(seq_logit_count_.size()))
+    Fail("logits: no sequence {} in the last pass", s);
+  return seq_logit_count_[s];
+}
+
+std::unique_ptr<model::ForwardContext> VulkanExecutor::NewContext(
+    const model::ContextOptions& options) const {
+  return std::make_unique<VulkanContext>(*this, options);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Forward.
 
-std::span<const float> VulkanExecutor::logits(int s) const {
-  if (s < 0 || s >= static_cast<int>(seq_logit_count_.size()))
-    Fail("logits: no sequence {} in the last pass", s);
-  const int64_t V = hparams().n_vocab;
-  return {logits_.data() + seq_logit_offset_[s] * V, static_cast<size_t>(seq_logit_count_[s] * V)};
-}
-
 CommandList& VulkanExecutor::ListFor(DeviceState& st, int64_t T, PassKind kind, LogitRows rows,
-                                     bool record) {
+                                     bool record) const {
   const DeviceState::Key key{T, static_cast<int>(kind), static_cast<int>(rows), record ? 1 : 0};
   auto it = st.lists_.find(key);
   if (it != st.lists_.end()) return *it->second;
@@ -486,16 +502,16 @@ CommandList& VulkanExecutor::ListFor(DeviceState& st, int64_t T, PassKind kind, 
 }
 
 void VulkanExecutor::RunChunk(DeviceState& st, std::span<const int32_t> tokens, PassKind kind,
-                              LogitRows rows, bool record, float* logits_out) {
+                              LogitRows rows, bool record, float* logits_out) const {
   const int64_t T = static_cast<int64_t>(tokens.size());
   CommandList& cl = ListFor(st, T, kind, rows, record);
-  reinterpret_cast<int32_t*>(st.params_.host)[0] = static_cast<int32_t>(st.n_past_);
+  reinterpret_cast<int32_t*>(st.params_.host)[0] = static_cast<int32_t>(st.n_past());
   std::memcpy(s_->ids.host, tokens.data(), tokens.size_bytes());
-  st.NoteKvWrite(st.n_past_, T);
+  st.NoteKvWrite(st.n_past(), T);
   cl.Run();
   last_dispatches_ = cl.dispatch_count();
   last_barriers_ = cl.barrier_count();
-  const int64_t n = rows == LogitRows::kAll ? T : rows == LogitRows::kLast ? 1 : 0;
+  const int64_t n = model::LogitRowCount(rows, T);
   if (n > 0) {
     std::memcpy(logits_out, s_->logits.host,
                 static_cast<size_t>(n * hparams().n_vocab) * sizeof(float));
@@ -503,59 +519,37 @@ void VulkanExecutor::RunChunk(DeviceState& st, std::span<const int32_t> tokens, 
   if (kind == PassKind::kCausal) st.Advance(T, record);
 }
 
-void VulkanExecutor::Forward(std::span<const DeviceInput> seqs) {
-  const Hparams& hp = hparams();
+void VulkanExecutor::Forward(std::span<const model::SequenceInput> seqs,
+                             model::ForwardContext& ctx_base,
+                             model::ForwardObserver* observer) const {
+  model::ValidateBatch(*this, seqs, ctx_base);
+  Check(observer == nullptr,
+        "vulkan: forward observers (named intermediates) are not supported by this executor yet; "
+        "use --device cpu to dump intermediates");
+  auto& ctx = static_cast<VulkanContext&>(ctx_base);
   const int64_t max_T = options_.max_tokens;
-  if (seqs.empty()) Fail("forward: empty batch");
-  int64_t rows = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
-    const DeviceInput& in = seqs[s];
-    if (!in.state) Fail("forward: sequence {} has no state", s);
-    Check(&in.state->exec_ == this, "forward: sequence {} has a state of another executor", s);
-    const int64_t T = static_cast<int64_t>(in.tokens.size());
-    if (T == 0) Fail("forward: sequence {} has no tokens", s);
-    for (size_t j = 0; j < s; ++j) {
-      if (seqs[j].state == in.state) Fail("forward: sequences {} and {} share one state", j, s);
+    const int64_t T = static_cast<int64_t>(seqs[s].tokens.size());
+    if (seqs[s].kind == PassKind::kDenoise && T > max_T) {
+      Fail("forward: a denoise block of {} tokens exceeds the GPU pass size {}", T, max_T);
     }
-    if (in.state->n_past() + T > in.state->n_ctx()) {
-      Fail("forward: sequence {} would hold {} tokens, its context holds {} (raise -c / n_ctx)", s,
-           in.state->n_past() + T, in.state->n_ctx());
-    }
-    for (int32_t tok : in.tokens) {
-      if (tok < 0 || tok >= hp.n_vocab)
-        Fail("forward: token id {} is outside the vocabulary [0, {})", tok, hp.n_vocab);
-    }
-    if (in.record && (in.kind != PassKind::kCausal || T > in.state->max_record_tokens())) {
-      Fail(
-          "forward: sequence {} asks to record {} tokens; recording needs a causal pass of at most "
-          "StateOptions.max_record_tokens ({}) tokens",
-          s, T, in.state->max_record_tokens());
-    }
-    if (in.kind == PassKind::kDenoise && T > max_T) {
-      Fail("forward: a denoise block of {} tokens exceeds the GPU pass size {} (raise it)", T,
-           max_T);
-    }
-    rows += in.logits == LogitRows::kAll ? T : in.logits == LogitRows::kLast ? 1 : 0;
   }
-  const int64_t V = hp.n_vocab;
-  if (static_cast<int64_t>(logits_.size()) < rows * V) logits_.resize(rows * V);
-  seq_logit_offset_.assign(seqs.size(), 0);
-  seq_logit_count_.assign(seqs.size(), 0);
+  const int64_t V = hparams().n_vocab;
+  std::fill(ctx.seq_logit_count_.begin(), ctx.seq_logit_count_.end(), 0);
   int64_t row = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
-    const DeviceInput& in = seqs[s];
+    const model::SequenceInput& in = seqs[s];
+    auto& st = static_cast<DeviceState&>(*in.state);
     const int64_t T = static_cast<int64_t>(in.tokens.size());
-    seq_logit_offset_[s] = row;
+    ctx.seq_logit_offset_[s] = row;
     for (int64_t at = 0; at < T; at += max_T) {
       const int64_t n = std::min(max_T, T - at);
-      const bool last = at + n == T;
       LogitRows r = in.logits;
-      if (r == LogitRows::kLast && !last) r = LogitRows::kNone;
-      RunChunk(*in.state, in.tokens.subspan(at, n), in.kind, r, in.record,
-               logits_.data() + row * V);
-      row += r == LogitRows::kAll ? n : r == LogitRows::kLast ? 1 : 0;
+      if (r == LogitRows::kLast && at + n < T) r = LogitRows::kNone;
+      RunChunk(st, in.tokens.subspan(at, n), in.kind, r, in.record, ctx.logits_.data() + row * V);
+      row += model::LogitRowCount(r, n);
     }
-    seq_logit_count_[s] = row - seq_logit_offset_[s];
+    ctx.seq_logit_count_[s] = row - ctx.seq_logit_offset_[s];
   }
 }
 

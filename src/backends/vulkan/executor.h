@@ -18,6 +18,7 @@
 #include "backends/vulkan/commands.h"
 #include "backends/vulkan/device.h"
 #include "backends/vulkan/memory.h"
+#include "model/forward.h"
 #include "model/model.h"
 
 namespace crossword::vulkan {
@@ -56,49 +57,34 @@ class VulkanExecutor;
 
 /// One sequence's state on the device: the f16 KV cache of each attention layer, the conv and
 /// SSM states of each GDN layer, the rope table for its n_ctx positions, and (with
-/// max_record_tokens > 0) the recording of the last causal pass for RollbackTo. The same
-/// contract as model::SequenceState (snapshots hold the GDN states in host memory). Created by
-/// VulkanExecutor::NewState; must not outlive its executor.
-class DeviceState {
+/// max_record_tokens > 0) the recording of the last causal pass for RollbackTo. The bookkeeping
+/// (n_past, snapshot validity, what RollbackTo accepts) is model::SequenceState's; snapshots
+/// hold the GDN states in host memory. Made by VulkanExecutor::NewState; must not outlive it.
+class DeviceState final : public model::SequenceState {
  public:
-  ~DeviceState();
-  DeviceState(const DeviceState&) = delete;
-  DeviceState& operator=(const DeviceState&) = delete;
-
-  int64_t n_past() const { return n_past_; }
-  int64_t n_ctx() const { return n_ctx_; }
-  int64_t max_record_tokens() const { return max_rec_; }
-  int64_t recorded_tokens() const { return rec_T_; }
-  /// Device bytes of this state.
-  uint64_t MemoryBytes() const;
-
-  /// Back to an empty sequence (zero GDN state). Invalidates every snapshot.
-  void Reset();
-  /// Copies the GDN states (read back from the device) and n_past into `snapshot`.
-  void SaveSnapshot(model::StateSnapshot& snapshot) const;
-  /// Whether Restore(snapshot) would succeed (KV rows below its n_past not rewritten since).
-  bool CanRestore(const model::StateSnapshot& snapshot) const;
-  /// Returns to `snapshot`. Throws crossword::Error when CanRestore is false.
-  void Restore(const model::StateSnapshot& snapshot);
-  /// Keeps the first n_keep tokens of the last recorded causal pass: KV truncated, conv window
-  /// rebuilt from the recorded inputs, SSM state replayed from the recorded start state (one
-  /// recorded command list, n_keep in a parameter slot). Throws crossword::Error when nothing
-  /// was recorded or n_keep is outside [0, recorded_tokens()].
-  void RollbackTo(int64_t n_keep);
-
+  ~DeviceState() override;
+  size_t MemoryBytes() const override;
   /// The GDN states as one host vector (layer by layer: conv [K-1][conv_dim] then SSM
-  /// [n_v][dv][dk]), for tests that compare against model::SequenceState.
+  /// [n_v][dv][dk]), for tests that compare states.
   std::vector<float> ReadGdnState() const;
+
+ protected:
+  void ResetRecurrent() override;
+  void SaveRecurrent(std::unique_ptr<model::SnapshotPayload>& payload) const override;
+  bool RecurrentFits(const model::SnapshotPayload& payload) const override;
+  void RestoreRecurrent(const model::SnapshotPayload& payload) override;
+  /// The recorded pass's first n_keep tokens replayed on the device: the conv window rebuilt
+  /// from the recorded inputs, the SSM state from the recorded start state (one recorded
+  /// command list, n_keep in parameter slot 1).
+  void ReplayRecurrent(int64_t n_keep) override;
 
  private:
   friend class VulkanExecutor;
-  DeviceState(VulkanExecutor& exec, const model::StateOptions& options);
-  void NoteKvWrite(int64_t pos, int64_t T);
-  void Advance(int64_t T, bool recorded);
+  DeviceState(const VulkanExecutor& exec, const model::StateOptions& options);
 
   struct GdnLayerState {
     BufferView conv, ssm;                            // live state
-    BufferView conv0, ssm0, qkv, qkv_conv, g, beta;  // recording (max_rec_ > 0)
+    BufferView conv0, ssm0, qkv, qkv_conv, g, beta;  // recording (max_record_tokens > 0)
   };
   struct Key {
     int64_t T;
@@ -106,45 +92,47 @@ class DeviceState {
     auto operator<=>(const Key&) const = default;
   };
 
-  VulkanExecutor& exec_;
-  int64_t n_ctx_;
-  int64_t n_past_ = 0;
-  int64_t max_rec_ = 0;
-  int64_t rec_T_ = 0, rec_start_ = 0;
+  const VulkanExecutor& exec_;
   std::unique_ptr<MemoryPool> pool_, host_pool_;
   BufferView gdn_all_;  // every live GDN state, contiguous (snapshots, reset)
   std::vector<GdnLayerState> gdn_;
-  std::vector<BufferView> k_cache_, v_cache_;  // per GPU attention layer
+  std::vector<BufferView> k_cache_, v_cache_;  // per attention layer
   BufferView rope_;
   BufferView params_;  // int32 slots: 0 = n_past, 1 = n_keep (rollback)
   std::map<Key, std::unique_ptr<CommandList>> lists_;
   std::vector<Key> list_order_;  // recording order, for dropping the oldest
   std::unique_ptr<CommandList> rollback_;
-  // Snapshot validity, as model::SequenceState.
-  static constexpr int kRewriteLog = 4096;
-  uint64_t generation_ = 1;
-  int64_t high_water_ = 0;
-  std::vector<int64_t> rewrite_pos_;
 };
 
-/// One sequence's part of a Forward call (model::SequenceInput with a device state).
-struct DeviceInput {
-  DeviceState* state = nullptr;
-  std::span<const int32_t> tokens;
-  model::PassKind kind = model::PassKind::kCausal;
-  model::LogitRows logits = model::LogitRows::kLast;
-  bool record = false;
-};
-
-/// The network on a Vulkan device. Not thread-safe: one thread runs its passes.
-class VulkanExecutor {
+/// Logits of the last pass in host memory, per sequence (model::ForwardContext).
+class VulkanContext final : public model::ForwardContext {
  public:
-  /// Uploads the weights of `model` (which must outlive the executor: its mapping is the upload
-  /// source and its hyperparameters are shared) to `device` and sizes the pass scratch. Checks
-  /// first that the model fits (Footprint against the device's memory) and throws
-  /// crossword::Error saying what is needed, what the device has, and which flags help.
-  VulkanExecutor(Device& device, const model::Model& model, const ExecutorOptions& options = {});
-  ~VulkanExecutor();
+  VulkanContext(const VulkanExecutor& executor, const model::ContextOptions& options);
+  std::span<const float> logits(int s) const override;
+  int64_t n_logit_rows(int s) const override;
+
+ private:
+  friend class VulkanExecutor;
+  int64_t n_vocab_;
+  std::vector<float> logits_;  // [max_logit_rows][n_vocab]
+  std::vector<int64_t> seq_logit_offset_, seq_logit_count_;
+};
+
+/// The network on a Vulkan device (model::Executor "vulkan"). Forward and RollbackTo run one
+/// at a time (the contract's rule); the device is used by this executor's thread only.
+class VulkanExecutor final : public model::Executor {
+ public:
+  /// Uploads the weights of `model` to `device` (which must outlive the executor) and sizes
+  /// the pass scratch. Checks first that the model fits (Footprint against the device's
+  /// memory) and throws crossword::Error saying what is needed, what the device has, and which
+  /// flags help.
+  VulkanExecutor(Device& device, std::shared_ptr<const model::Model> model,
+                 const ExecutorOptions& options = {});
+  /// As above on a device this executor opens and owns.
+  static std::unique_ptr<VulkanExecutor> Open(std::shared_ptr<const model::Model> model,
+                                              const DeviceOptions& device,
+                                              const ExecutorOptions& options = {});
+  ~VulkanExecutor() override;
   VulkanExecutor(const VulkanExecutor&) = delete;
   VulkanExecutor& operator=(const VulkanExecutor&) = delete;
 
@@ -153,24 +141,23 @@ class VulkanExecutor {
   /// Device bytes of one state (KV f16, GDN states, recording, rope table).
   static uint64_t StateBytes(const model::Hparams& hp, const model::StateOptions& options);
 
-  Device& device() { return device_; }
-  const model::Model& model() const { return model_; }
-  const model::Hparams& hparams() const { return model_.hparams(); }
+  // model::Executor.
+  const model::Model& model() const override { return *model_; }
+  std::string_view name() const override { return "vulkan"; }
+  std::string Describe() const override;
+  int host_threads() const override { return 1; }
+  /// Only F16 KV caches; max_record_tokens at most ExecutorOptions::max_tokens.
+  std::unique_ptr<model::SequenceState> NewState(const model::StateOptions& options) const override;
+  std::unique_ptr<model::ForwardContext> NewContext(
+      const model::ContextOptions& options) const override;
+  /// One pass per input, one after the other; causal inputs longer than max_tokens in chunks.
+  /// Observers are not supported (throws when one is given).
+  void Forward(std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx,
+               model::ForwardObserver* observer = nullptr) const override;
+
+  Device& device() const { return device_; }
   const ExecutorOptions& options() const { return options_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
-
-  /// A state on the device. Only F16 KV caches (kv_type) are supported. Throws
-  /// crossword::Error on bad options or when the device is out of memory (naming -c).
-  std::unique_ptr<DeviceState> NewState(const model::StateOptions& options);
-
-  /// Runs a forward pass for each input (one after the other; causal inputs longer than
-  /// max_tokens run in chunks). Same checks, before touching any state, and the same results
-  /// (up to summation order and the rounding of int8 activations) as model::Model::Forward.
-  void Forward(std::span<const DeviceInput> seqs);
-  /// Logits of input `s` of the last Forward: rows as requested, n_vocab floats each.
-  std::span<const float> logits(int s) const;
-  int64_t n_logit_rows(int s) const { return seq_logit_count_.at(s); }
-
   /// Dispatches and barriers of the command list last replayed (bench, tests).
   int last_dispatch_count() const { return last_dispatches_; }
   int last_barrier_count() const { return last_barriers_; }
@@ -181,19 +168,21 @@ class VulkanExecutor {
   struct Scratch;
   void Upload();
   void RecordPass(CommandList& cl, DeviceState& st, int64_t T, model::PassKind kind,
-                  model::LogitRows rows, bool record);
+                  model::LogitRows rows, bool record) const;
   void RecordGdn(CommandList& cl, int il, int r, DeviceState& st, int64_t T, bool denoise,
-                 bool record);
-  void RecordAttention(CommandList& cl, int il, int a, DeviceState& st, int64_t T, bool causal);
-  void RecordMoe(CommandList& cl, int il, int64_t T);
-  void RecordRollback(CommandList& cl, DeviceState& st);
+                 bool record) const;
+  void RecordAttention(CommandList& cl, int il, int a, DeviceState& st, int64_t T,
+                       bool causal) const;
+  void RecordMoe(CommandList& cl, int il, int64_t T) const;
+  void RecordRollback(CommandList& cl, DeviceState& st) const;
   CommandList& ListFor(DeviceState& st, int64_t T, model::PassKind kind, model::LogitRows rows,
-                       bool record);
+                       bool record) const;
   void RunChunk(DeviceState& st, std::span<const int32_t> tokens, model::PassKind kind,
-                model::LogitRows rows, bool record, float* logits_out);
+                model::LogitRows rows, bool record, float* logits_out) const;
 
+  std::unique_ptr<Device> owned_device_;  // Open(): destroyed last
   Device& device_;
-  const model::Model& model_;
+  std::shared_ptr<const model::Model> model_;
   ExecutorOptions options_;
   std::unique_ptr<MemoryPool> weights_pool_, scratch_pool_, host_pool_;
   std::vector<Layer> layers_;
@@ -203,9 +192,7 @@ class VulkanExecutor {
   std::unique_ptr<Scratch> s_;
   std::vector<int> layer_slot_;  // il -> index among recurrent or attention layers
   uint64_t weight_bytes_ = 0;
-  std::vector<float> logits_;
-  std::vector<int64_t> seq_logit_offset_, seq_logit_count_;
-  int last_dispatches_ = 0, last_barriers_ = 0;
+  mutable int last_dispatches_ = 0, last_barriers_ = 0;
 };
 
 }  // namespace crossword::vulkan

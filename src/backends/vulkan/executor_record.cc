@@ -69,7 +69,7 @@ void Mm(CommandList& cl, const DeviceMatrix& w, BufferView x, int64_t ldx, const
 }  // namespace
 
 void VulkanExecutor::RecordPass(CommandList& cl, DeviceState& st, int64_t T, PassKind kind,
-                                LogitRows rows, bool record) {
+                                LogitRows rows, bool record) const {
   const Hparams& hp = hparams();
   const Scratch& s = *s_;
   const int64_t E = hp.n_embd;
@@ -121,7 +121,7 @@ void VulkanExecutor::RecordPass(CommandList& cl, DeviceState& st, int64_t T, Pas
 }
 
 void VulkanExecutor::RecordGdn(CommandList& cl, int il, int r, DeviceState& st, int64_t T,
-                               bool denoise, bool record) {
+                               bool denoise, bool record) const {
   const Hparams& hp = hparams();
   const Layer& L = layers_[static_cast<size_t>(il)];
   const Scratch& s = *s_;
@@ -211,7 +211,7 @@ void VulkanExecutor::RecordGdn(CommandList& cl, int il, int r, DeviceState& st, 
 }
 
 void VulkanExecutor::RecordAttention(CommandList& cl, int il, int a_idx, DeviceState& st, int64_t T,
-                                     bool causal) {
+                                     bool causal) const {
   const Hparams& hp = hparams();
   const Layer& L = layers_[static_cast<size_t>(il)];
   const Scratch& s = *s_;
@@ -234,7 +234,7 @@ void VulkanExecutor::RecordAttention(CommandList& cl, int il, int a_idx, DeviceS
   r.norm_w = L.attn_q_norm;
   r.eps = hp.rms_eps;
   r.rope = st.rope_;
-  r.rope_positions = st.n_ctx_;
+  r.rope_positions = st.n_ctx();
   r.n_rot = hp.n_rot;
   r.pos0 = DynInt::Slot(0);
   HeadNormRope(cl, r);
@@ -247,7 +247,7 @@ void VulkanExecutor::RecordAttention(CommandList& cl, int il, int a_idx, DeviceS
 
   const BufferView kc = st.k_cache_[static_cast<size_t>(a_idx)];
   const BufferView vc = st.v_cache_[static_cast<size_t>(a_idx)];
-  KvWrite(cl, s.kk, kv_dim, s.vv, kv_dim, T, kv_dim, DynInt::Slot(0), kc, vc, st.n_ctx_);
+  KvWrite(cl, s.kk, kv_dim, s.vv, kv_dim, T, kv_dim, DynInt::Slot(0), kc, vc, st.n_ctx());
 
   AttentionArgs a;
   a.q = s.qg;
@@ -256,7 +256,7 @@ void VulkanExecutor::RecordAttention(CommandList& cl, int il, int a_idx, DeviceS
   a.k_cache = kc;
   a.v_cache = vc;
   a.kv_row = kv_dim;
-  a.n_ctx = st.n_ctx_;
+  a.n_ctx = st.n_ctx();
   a.T = T;
   a.n_past = DynInt::Slot(0);
   a.n_head = hp.n_head;
@@ -269,14 +269,14 @@ void VulkanExecutor::RecordAttention(CommandList& cl, int il, int a_idx, DeviceS
   a.out = s.ao;
   a.ldo = q_dim;
   a.out_hs = hd;
-  a.n_splits = AttentionSplitsFor(st.n_ctx_);
+  a.n_splits = AttentionSplitsFor(st.n_ctx());
   a.scratch = s.attn;
   Attention(cl, a);
   const Quantized qa = Quantize(cl, s.ao, q_dim, T, q_dim, s.xq0, s.xqk, {&L.attn_output});
   Mm(cl, L.attn_output, s.ao, q_dim, qa, T, s.cur, E);
 }
 
-void VulkanExecutor::RecordMoe(CommandList& cl, int il, int64_t T) {
+void VulkanExecutor::RecordMoe(CommandList& cl, int il, int64_t T) const {
   const Hparams& hp = hparams();
   const Layer& L = layers_[static_cast<size_t>(il)];
   const Scratch& s = *s_;
@@ -360,7 +360,7 @@ void VulkanExecutor::RecordMoe(CommandList& cl, int il, int64_t T) {
   MoeCombine(cl, c);
 }
 
-void VulkanExecutor::RecordRollback(CommandList& cl, DeviceState& st) {
+void VulkanExecutor::RecordRollback(CommandList& cl, DeviceState& st) const {
   const Hparams& hp = hparams();
   const int64_t conv_dim = hp.conv_dim(), key_dim = hp.ssm_key_dim();
   for (const DeviceState::GdnLayerState& gs : st.gdn_) {
@@ -368,11 +368,11 @@ void VulkanExecutor::RecordRollback(CommandList& cl, DeviceState& st) {
     // state by replaying the recorded recurrence inputs of the kept tokens (n_keep: slot 1).
     if (gs.conv.valid()) {
       ConvStateRollback(cl, gs.conv0, gs.qkv, conv_dim, conv_dim, hp.ssm_d_conv, DynInt::Slot(1),
-                        st.max_rec_, gs.conv);
+                        st.max_record_tokens(), gs.conv);
     }
     GdnArgs a;
     a.T = DynInt::Slot(1);
-    a.max_T = st.max_rec_;
+    a.max_T = st.max_record_tokens();
     a.n_k_heads = hp.ssm_n_k_heads;
     a.n_v_heads = hp.ssm_n_v_heads;
     a.dk = a.dv = hp.ssm_d_state;

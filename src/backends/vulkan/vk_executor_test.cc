@@ -21,6 +21,7 @@
 #include <random>
 #include <set>
 
+#include "backends/cpu/executor.h"
 #include "backends/vulkan/executor.h"
 #include "backends/vulkan/test_util.h"
 #include "base/error.h"
@@ -83,26 +84,29 @@ std::vector<int32_t> Tokens(int n, int seed, int64_t vocab) {
   return t;
 }
 
-// Both engines on one model file.
+// Both engines on one model file: the CPU executor (the reference) and the Vulkan one.
 struct Pair {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<model::ForwardContext> ctx;
-  ThreadPool pool{2};
+  std::shared_ptr<const model::Model> model;
+  std::unique_ptr<model::Executor> cpu;
   std::unique_ptr<VulkanExecutor> gpu;
+  std::unique_ptr<model::ForwardContext> cctx, gctx;
 
   Pair(Device& dev, const std::string& path, int64_t max_tokens = 16) {
     model::LoadOptions lo;
     lo.logger = Logger::Silent();
-    lo.repack = false;
     model = model::Model::Load(path, lo);
-    model::ContextOptions co;
-    co.max_tokens = 64;
-    co.max_logit_rows = 64;
-    ctx = std::make_unique<model::ForwardContext>(*model, co);
+    cpu = std::make_unique<backends::cpu::CpuExecutor>(
+        model,
+        backends::cpu::CpuOptions{.threads = 2, .repack = false, .logger = Logger::Silent()});
     ExecutorOptions eo;
     eo.max_tokens = max_tokens;
     eo.max_logit_rows = max_tokens;
-    gpu = std::make_unique<VulkanExecutor>(dev, *model, eo);
+    gpu = std::make_unique<VulkanExecutor>(dev, model, eo);
+    model::ContextOptions c;
+    c.max_tokens = 64;
+    c.max_logit_rows = 64;
+    cctx = cpu->NewContext(c);
+    gctx = gpu->NewContext(c);
   }
   model::StateOptions Opts(int64_t n_ctx = 160, int64_t record = 0) const {
     model::StateOptions so;
@@ -110,24 +114,30 @@ struct Pair {
     so.max_record_tokens = record;
     return so;
   }
+  static std::vector<float> Run(const model::Executor& e, model::ForwardContext& ctx,
+                                model::SequenceState& st, std::span<const int32_t> toks,
+                                LogitRows rows, PassKind kind, bool record) {
+    model::SequenceInput in{&st, toks, kind, rows, record};
+    e.Forward({&in, 1}, ctx);
+    auto l = ctx.logits(0);
+    return {l.begin(), l.end()};
+  }
   std::vector<float> Cpu(model::SequenceState& st, std::span<const int32_t> toks,
                          LogitRows rows = LogitRows::kAll, PassKind kind = PassKind::kCausal,
                          bool record = false) {
-    model::SequenceInput in{&st, toks, kind, rows, record};
-    model->Forward({&in, 1}, *ctx, pool);
-    auto l = ctx->logits(0);
-    return {l.begin(), l.end()};
+    return Run(*cpu, *cctx, st, toks, rows, kind, record);
   }
-  std::vector<float> Gpu(DeviceState& st, std::span<const int32_t> toks,
+  std::vector<float> Gpu(model::SequenceState& st, std::span<const int32_t> toks,
                          LogitRows rows = LogitRows::kAll, PassKind kind = PassKind::kCausal,
                          bool record = false) {
-    DeviceInput in{&st, toks, kind, rows, record};
-    gpu->Forward({&in, 1});
-    auto l = gpu->logits(0);
-    return {l.begin(), l.end()};
+    return Run(*gpu, *gctx, st, toks, rows, kind, record);
   }
   int64_t V() const { return model->hparams().n_vocab; }
 };
+
+std::vector<float> Gdn(const model::SequenceState& st) {
+  return static_cast<const DeviceState&>(st).ReadGdnState();
+}
 
 // Compares logits rows (n_vocab each): NMSE per row within `bound`, argmax equal.
 void ExpectRowsClose(const std::vector<float>& got, const std::vector<float>& want, int64_t V,
@@ -152,7 +162,7 @@ TEST_F(VulkanExecutorTest, PromptLogitsMatchTheCpuEngine) {
   for (const ModelCase& c : kCases) {
     SCOPED_TRACE(CaseName(c));
     Pair p(dev(), SynthPath(c));
-    auto cs = p.model->NewState(p.Opts());
+    auto cs = p.cpu->NewState(p.Opts());
     auto gs = p.gpu->NewState(p.Opts());
     const std::vector<int32_t> prompt = Tokens(13, 3, p.V());
     ExpectRowsClose(p.Gpu(*gs, prompt), p.Cpu(*cs, prompt), p.V(), Bound(c), CaseName(c));
@@ -170,7 +180,7 @@ TEST_F(VulkanExecutorTest, GreedyTokensEqualTheCpuEngineOver64Tokens) {
   for (const ModelCase& c : {kCases[2], kCases[3]}) {
     SCOPED_TRACE(CaseName(c));
     Pair p(dev(), SynthPath(c));
-    auto cs = p.model->NewState(p.Opts());
+    auto cs = p.cpu->NewState(p.Opts());
     auto gs = p.gpu->NewState(p.Opts());
     const std::vector<int32_t> prompt = Tokens(9, 11, p.V());
     std::vector<float> lc = p.Cpu(*cs, prompt, LogitRows::kLast);
@@ -207,7 +217,7 @@ TEST_F(VulkanExecutorTest, ChunkedPrefillEqualsTokenByToken) {
     one.insert(one.end(), l.begin(), l.end());
   }
   ExpectRowsClose(all, one, p.V(), Bound(c), "chunked vs one by one");
-  const std::vector<float> sa = a->ReadGdnState(), sb = b->ReadGdnState();
+  const std::vector<float> sa = Gdn(*a), sb = Gdn(*b);
   EXPECT_LE(testing::Nmse(sa, sb), Bound(c)) << "GDN state";
   EXPECT_EQ(a->n_past(), 17);
   EXPECT_EQ(b->n_past(), 17);
@@ -217,17 +227,17 @@ TEST_F(VulkanExecutorTest, ChunkedPrefillEqualsTokenByToken) {
 TEST_F(VulkanExecutorTest, DenoisePassMatchesTheCpuAndLeavesNoTrace) {
   const ModelCase& c = kCases[1];
   Pair p(dev(), SynthPath(c));
-  auto cs = p.model->NewState(p.Opts());
+  auto cs = p.cpu->NewState(p.Opts());
   auto gs = p.gpu->NewState(p.Opts());
   const std::vector<int32_t> prompt = Tokens(10, 8, p.V()), block = Tokens(8, 9, p.V());
   p.Cpu(*cs, prompt);
   p.Gpu(*gs, prompt);
-  const std::vector<float> before = gs->ReadGdnState();
+  const std::vector<float> before = Gdn(*gs);
   ExpectRowsClose(p.Gpu(*gs, block, LogitRows::kAll, PassKind::kDenoise),
                   p.Cpu(*cs, block, LogitRows::kAll, PassKind::kDenoise), p.V(), Bound(c),
                   "denoise block");
   EXPECT_EQ(gs->n_past(), 10);
-  EXPECT_EQ(gs->ReadGdnState(), before) << "a denoise pass changed the committed GDN state";
+  EXPECT_EQ(Gdn(*gs), before) << "a denoise pass changed the committed GDN state";
   const int32_t t = block[0];
   ExpectRowsClose(p.Gpu(*gs, {&t, 1}), p.Cpu(*cs, {&t, 1}), p.V(), Bound(c), "after denoise");
 }
@@ -239,7 +249,7 @@ TEST_F(VulkanExecutorTest, RollbackReplaysTheKeptPrefix) {
   Pair p(dev(), SynthPath(c));
   auto gs = p.gpu->NewState(p.Opts(160, 8));
   auto ref = p.gpu->NewState(p.Opts(160, 8));
-  auto cs = p.model->NewState(p.Opts(160, 8));
+  auto cs = p.cpu->NewState(p.Opts(160, 8));
   const std::vector<int32_t> prompt = Tokens(9, 1, p.V()), draft = Tokens(8, 2, p.V());
   p.Gpu(*gs, prompt);
   p.Gpu(*ref, prompt);
@@ -248,10 +258,10 @@ TEST_F(VulkanExecutorTest, RollbackReplaysTheKeptPrefix) {
   p.Cpu(*cs, draft, LogitRows::kAll, PassKind::kCausal, true);
   EXPECT_EQ(gs->recorded_tokens(), 8);
   gs->RollbackTo(3);
-  cs->RollbackTo(3, p.pool);
+  cs->RollbackTo(3);
   for (int i = 0; i < 3; ++i) p.Gpu(*ref, std::span(draft).subspan(i, 1));
   EXPECT_EQ(gs->n_past(), 12);
-  EXPECT_LE(testing::Nmse(gs->ReadGdnState(), ref->ReadGdnState()), 1e-10)
+  EXPECT_LE(testing::Nmse(Gdn(*gs), Gdn(*ref)), 1e-10)
       << "replayed state vs the prefix run on the GPU";
   const int32_t t = draft[5];
   const std::vector<float> g = p.Gpu(*gs, {&t, 1});
@@ -276,7 +286,7 @@ TEST_F(VulkanExecutorTest, SnapshotRestoreAndResetRewindTheSequence) {
   gs->Reset();
   EXPECT_EQ(gs->n_past(), 0);
   EXPECT_FALSE(gs->CanRestore(snap));
-  const std::vector<float> zero = gs->ReadGdnState();
+  const std::vector<float> zero = Gdn(*gs);
   EXPECT_TRUE(std::all_of(zero.begin(), zero.end(), [](float v) { return v == 0.0f; }));
 }
 
@@ -299,14 +309,13 @@ TEST_F(VulkanExecutorTest, AModelThatDoesNotFitSaysWhatItNeedsAndWhichFlagHelps)
   const ModelCase& c = kCases[0];
   model::LoadOptions lo;
   lo.logger = Logger::Silent();
-  lo.repack = false;
-  auto m = model::Model::Load(SynthPath(c), lo);
+  std::shared_ptr<const model::Model> m = model::Model::Load(SynthPath(c), lo);
   ExecutorOptions eo;
   const DeviceFootprint f = VulkanExecutor::Footprint(*m, eo);
   EXPECT_GT(f.weights, 0u);
   eo.memory_limit = f.total() / 2;
   try {
-    VulkanExecutor e(dev(), *m, eo);
+    VulkanExecutor e(dev(), m, eo);
     ADD_FAILURE() << "no error for a model twice the memory limit";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -329,10 +338,13 @@ TEST_F(VulkanExecutorTest, TinyModelAnswersTheGoldenPromptsAsTheCpuEngine) {
   const nlohmann::json want = read("tests/golden/clover_tiny_engine_answers.json");
   model::LoadOptions lo;
   lo.logger = Logger::Silent();
-  lo.repack = false;
-  auto m = model::Model::Load(std::string(CROSSWORD_SOURCE_DIR) + "/models/clover-tiny.gguf", lo);
+  std::shared_ptr<const model::Model> m =
+      model::Model::Load(std::string(CROSSWORD_SOURCE_DIR) + "/models/clover-tiny.gguf", lo);
   ExecutorOptions eo;
-  VulkanExecutor gpu(dev(), *m, eo);
+  VulkanExecutor gpu(dev(), m, eo);
+  model::ContextOptions co;
+  co.max_tokens = 256;
+  std::unique_ptr<model::ForwardContext> ctx = gpu.NewContext(co);
   size_t i = 0;
   int compared = 0;
   for (const nlohmann::json& run : g["runs"]) {
@@ -346,12 +358,12 @@ TEST_F(VulkanExecutorTest, TinyModelAnswersTheGoldenPromptsAsTheCpuEngine) {
       so.n_ctx = static_cast<int64_t>(prompt.size() + tokens.size()) + 8;
       auto st = gpu.NewState(so);
       std::vector<int32_t> got;
-      DeviceInput in{st.get(), prompt, PassKind::kCausal, LogitRows::kLast, false};
-      gpu.Forward({&in, 1});
+      model::SequenceInput in{st.get(), prompt, PassKind::kCausal, LogitRows::kLast};
+      gpu.Forward({&in, 1}, *ctx);
       while (got.size() < tokens.size()) {
-        got.push_back(Argmax(gpu.logits(0)));
-        DeviceInput step{st.get(), {&got.back(), 1}, PassKind::kCausal, LogitRows::kLast, false};
-        gpu.Forward({&step, 1});
+        got.push_back(Argmax(ctx->logits(0)));
+        model::SequenceInput step{st.get(), {&got.back(), 1}, PassKind::kCausal, LogitRows::kLast};
+        gpu.Forward({&step, 1}, *ctx);
       }
       EXPECT_EQ(got, tokens) << "golden: " << w["text"];
       ++compared;
