@@ -20,12 +20,13 @@ if (!opt.crossword) {
 }
 
 async function startServer(bin) {
-  const args = ["serve", "--port", "0", "-np", "1", "-t", "1", "--log-level", "warn"];
+  const args = ["serve", "--port", "0", "-np", "1", "-t", "1"];
   if (opt.model) args.splice(1, 0, "-m", opt.model);
   const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
   const port = await new Promise((resolve, reject) => {
     proc.stderr.on("data", (d) => {
+      if (log.length > 65536) return;  // one line per request follows
       log += d;
       const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
       if (m) resolve(Number(m[1]));
