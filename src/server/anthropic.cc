@@ -363,7 +363,7 @@ std::unique_ptr<ProtocolWriter> MakeMessagesWriter(WriterContext c) {
   return std::make_unique<MessagesWriter>(std::move(c));
 }
 
-void Server::Impl::HandleMessages(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleMessages(const http::Request& req, http::Response& res) {
   const json body = ParseBody(req.body);
   GenerationJob job = ChatJob(ParseChatRequest(MessagesToChat(body, false), defaults));
   job.id_prefix = "msg_";
@@ -371,7 +371,7 @@ void Server::Impl::HandleMessages(const httplib::Request& req, httplib::Response
   Generate(req, res, std::move(job));
 }
 
-void Server::Impl::HandleCountTokens(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleCountTokens(const http::Request& req, http::Response& res) {
   const json body = ParseBody(req.body);
   const GenerationJob job = ChatJob(ParseChatRequest(MessagesToChat(body, true), defaults));
   res.set_content(Dump({{"input_tokens", job.prompt.size()}}), "application/json");

@@ -7,7 +7,6 @@
 #include "engine/structured.h"
 #include "grammar/json_schema.h"
 #include "server/server_impl.h"
-#include "server/socket_watch.h"
 #include "tokenizer/utf8.h"
 
 namespace crossword::server {
@@ -92,7 +91,7 @@ void TracePass(Exchange& ex, const tokenizer::Tokenizer& tok, const decode::Gene
 
 }  // namespace
 
-void Server::Impl::HandleApplyTemplate(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleApplyTemplate(const http::Request& req, http::Response& res) {
   const ChatRequest r = ParseChatRequest(ParseBody(req.body), defaults);
   engine::Engine::ChatPrompt cp;
   try {
@@ -107,7 +106,7 @@ void Server::Impl::HandleApplyTemplate(const httplib::Request& req, httplib::Res
                   "application/json");
 }
 
-void Server::Impl::HandleChat(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleChat(const http::Request& req, http::Response& res) {
   GenerationJob job = ChatJob(ParseChatRequest(ParseBody(req.body), defaults));
   job.id_prefix = "chatcmpl-";
   job.writer = MakeChatWriter;
@@ -209,7 +208,7 @@ GenerationJob Server::Impl::ChatJob(ChatRequest r) {
   return job;
 }
 
-void Server::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleCompletion(const http::Request& req, http::Response& res) {
   CompletionRequest r = ParseCompletionRequest(ParseBody(req.body), defaults);
   GenerationJob job;
   job.prompt_param = "prompt";
@@ -324,8 +323,7 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
   return scheduler->Submit(std::move(sr));
 }
 
-void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
-                            GenerationJob job) {
+void Server::Impl::Generate(const http::Request& req, http::Response& res, GenerationJob job) {
   // Counted until the answer is handed over (a stream: until its last chunk); a drain waits for 0.
   ++in_flight;
   const std::shared_ptr<void> in_flight_guard(nullptr, [this](void*) { --in_flight; });
@@ -387,7 +385,6 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
   const std::string id = wc.id;
   std::shared_ptr<ProtocolWriter> writer = job.writer(std::move(wc));
   const decode::Mode mode = params.mode;
-  const SocketWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   const std::string prompt_text = std::move(job.prompt_text);
   auto log_line = [this, mode, id, prompt_text](const Exchange& e, const char* how) {
     const auto& o = e.outcome;
@@ -417,7 +414,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
         SetLogExtra(req, fmt::format("| {} server stopping, cancelled", id));
         throw ApiError(503, "server_error", "", "the server is shutting down");
       }
-      if (watch.PeerClosed()) {
+      if (req.PeerClosed()) {
         ex->Cancel();
         SetLogExtra(req, fmt::format("| {} client gone, cancelled", id));
         throw ApiError(499, "invalid_request_error", "", "the client closed the connection");
@@ -446,7 +443,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ex, writer, &req, watch, log_line, id](size_t, httplib::DataSink& sink) {
+      [this, ex, writer, &req, log_line, id](size_t, http::DataSink& sink) {
         auto write = [&](const std::string& s) {
           return s.empty() || sink.write(s.data(), s.size());
         };
@@ -480,8 +477,17 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
           for (const auto& t : traces) trace_text += writer->Trace(t);
           if (!write(trace_text)) return gone("client gone");
           if (done) break;
-          if (stopping.load()) return gone("server stopping");
-          if (watch.PeerClosed()) return gone("client gone");
+          if (stopping.load()) {
+            // Shutting down: the client gets a proper end (an error event, and [DONE] where the
+            // protocol has one), not a connection cut mid-stream.
+            ex->Cancel();
+            SetLogExtra(req, fmt::format("| {} server stopping, cancelled", id));
+            write(writer->StreamError(ApiError(503, "server_error", "",
+                                               "the server is shutting down; the answer is cut")));
+            sink.done();
+            return true;
+          }
+          if (req.PeerClosed()) return gone("client gone");
         }
         std::string tail;
         {
@@ -502,7 +508,7 @@ void Server::Impl::Generate(const httplib::Request& req, httplib::Response& res,
         return true;
       },
       [ex, in_flight_guard](bool success) {
-        (void)in_flight_guard;  // held until httplib releases the finished stream
+        (void)in_flight_guard;  // held until the transport releases the finished stream
         if (!success) ex->Cancel();
       });
 }

@@ -46,7 +46,7 @@ std::string TokenText(const tokenizer::Tokenizer& tok, std::optional<int32_t> id
 
 }  // namespace
 
-void Server::Impl::HandleProps(const httplib::Request&, httplib::Response& res) {
+void Server::Impl::HandleProps(const http::Request&, http::Response& res) {
   const decode::DecodeParams& p = defaults.params;
   const auto& tok = engine->tokenizer();
   json dgs = {{"id", 0},
@@ -77,7 +77,7 @@ void Server::Impl::HandleProps(const httplib::Request&, httplib::Response& res) 
   res.set_content(Dump(props), "application/json");
 }
 
-void Server::Impl::HandleSlots(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleSlots(const http::Request& req, http::Response& res) {
   if (options.no_slots) {
     throw ApiError(501, "not_supported_error", "",
                    "this server was started with --no-slots: the /slots endpoint is disabled");

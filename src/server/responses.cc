@@ -467,7 +467,7 @@ std::unique_ptr<ProtocolWriter> MakeResponsesWriter(WriterContext c, ResponsesEc
   return std::make_unique<ResponsesWriter>(std::move(c), std::move(echo));
 }
 
-void Server::Impl::HandleResponses(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleResponses(const http::Request& req, http::Response& res) {
   const json body = ParseBody(req.body);
   GenerationJob job = ChatJob(ParseChatRequest(ResponsesToChat(body), defaults));
   job.prompt_param = "input";

@@ -2,8 +2,6 @@
 // loading behind /health, and the small routes (models, metrics, tokenize, detokenize).
 #include "server/server.h"
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -19,12 +17,12 @@ using json = nlohmann::ordered_json;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void SendError(httplib::Response& res, const ApiError& e, ErrorShape shape) {
+void SendError(http::Response& res, const ApiError& e, ErrorShape shape) {
   res.status = e.status();
   res.set_content(Dump(ErrorJson(e, shape)), "application/json");
 }
 
-void Server::Impl::SetLogExtra(const httplib::Request& req, std::string text) {
+void Server::Impl::SetLogExtra(const http::Request& req, std::string text) {
   std::lock_guard lk(log_mu);
   log_extra[&req] = std::move(text);
 }
@@ -78,10 +76,10 @@ const char* StatusText(int status) {
 }  // namespace
 
 void Server::Impl::Route(const std::string& method, const std::string& path,
-                         std::function<void(const httplib::Request&, httplib::Response&)> fn,
+                         std::function<void(const http::Request&, http::Response&)> fn,
                          RouteSpec spec) {
   route_specs[path] = spec;
-  auto wrapped = [this, fn, spec](const httplib::Request& req, httplib::Response& res) {
+  auto wrapped = [this, fn, spec](const http::Request& req, http::Response& res) {
     try {
       if (spec.needs_model) RequireReady();
       fn(req, res);
@@ -96,42 +94,25 @@ void Server::Impl::Route(const std::string& method, const std::string& path,
                 spec.errors);
     }
   };
-  // Paths are literal (httplib takes regular expressions: escape the few special characters
-  // that occur in them).
-  std::string pattern;
-  for (char c : path) {
-    if (c == '.' || c == '+' || c == '(' || c == ')') pattern += '\\';
-    pattern += c;
-  }
-  if (method == "GET") {
-    http.Get(pattern, wrapped);
-  } else {
-    http.Post(pattern, wrapped);
-  }
+  transport.Route(method, path, std::move(wrapped));
+}
+
+http::Limits TransportLimits(const ServerOptions& o) {
+  http::Limits l;
+  l.threads = o.http_threads > 0 ? o.http_threads : std::max(16, 4 * o.n_slots + 8);
+  l.max_body = o.max_body_bytes;
+  l.header_timeout_s = o.header_timeout_s;
+  l.request_timeout_s = o.request_timeout_s;
+  return l;
 }
 
 void Server::Impl::Setup() {
-  const int threads =
-      options.http_threads > 0 ? options.http_threads : std::max(16, 4 * options.n_slots + 8);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_tcp_nodelay(true);  // SSE chunks are small: do not let Nagle hold them back
-  // cpp-httplib's default sets SO_REUSEPORT, which lets a second server bind a port in use and
-  // silently share its requests; SO_REUSEADDR alone restarts quickly and refuses a busy port.
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  http.set_keep_alive_max_count(1000);
-  http.set_read_timeout(30, 0);
-  http.set_write_timeout(30, 0);
-
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  transport.SetPreRouting([this](const http::Request& req, http::Response& res) {
     ++http_requests;
     // Unknown paths are authenticated as OpenAI routes (a 401 before a 404 reveals nothing).
     const auto spec_it = route_specs.find(req.path);
     const RouteSpec spec = spec_it != route_specs.end() ? spec_it->second : RouteSpec{};
-    if (options.api_key.empty() || spec.open) return httplib::Server::HandlerResponse::Unhandled;
+    if (options.api_key.empty() || spec.open) return false;
     const std::string auth = req.get_header_value("Authorization");
     // RFC 9110 section 11.1: the scheme is case-insensitive ("bearer", "BEARER").
     constexpr std::string_view kBearer = "bearer ";
@@ -140,11 +121,11 @@ void Server::Impl::Setup() {
         std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
                    [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
     if (is_bearer && SameSecret(auth.substr(kBearer.size()), options.api_key)) {
-      return httplib::Server::HandlerResponse::Unhandled;
+      return false;
     }
     const std::string x_key = spec.x_api_key ? req.get_header_value("x-api-key") : "";
     if (!x_key.empty() && SameSecret(x_key, options.api_key)) {
-      return httplib::Server::HandlerResponse::Unhandled;
+      return false;
     }
     const bool none = auth.empty() && x_key.empty();
     SendError(res,
@@ -156,35 +137,32 @@ void Server::Impl::Setup() {
                             : "incorrect API key provided",
                        "invalid_api_key"),
               spec.errors);
-    return httplib::Server::HandlerResponse::Handled;
+    return true;
   });
-  // Bodies for errors the library produces itself (404, 413, 400 for unparsable HTTP).
-  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+  // Bodies for errors the transport produces itself (404, 405, 408, 413, 417, 431, 400).
+  transport.SetErrorBody([this](const http::Request& req, http::Response& res) {
     if (!res.body.empty()) return;
     std::string msg = StatusText(res.status);
     if (res.status == 404) msg = "no route for " + req.method + " " + req.path;
+    if (res.status == 405) msg = req.method + " is not allowed on " + req.path;
     if (res.status == 413)
       msg = "the request body is larger than this server accepts (--max-body-size)";
-    const std::string code = res.status == 413 ? "request_too_large" : "";
+    if (res.status == 417)
+      msg =
+          "Expect: 100-continue refused: the body is larger than this server accepts "
+          "(--max-body-size)";
+    if (res.status == 408) msg = "the request did not arrive in time (--request-timeout)";
+    if (res.status == 431) msg = "the request header is too large";
+    if (res.status == 400 && !res.transport_error.empty())
+      msg = "malformed HTTP request: " + res.transport_error;
+    const std::string code = res.status == 413 || res.status == 417 ? "request_too_large" : "";
     const auto spec = route_specs.find(req.path);
     SendError(res,
               ApiError(res.status, res.status >= 500 ? "server_error" : "invalid_request_error", "",
                        msg, code),
               spec != route_specs.end() ? spec->second.errors : ErrorShape::kOpenAi);
   });
-  http.set_exception_handler(
-      [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        log.Err("{} {}: internal error: {}", req.method, req.path, what);
-        SendError(res, ApiError(500, "server_error", "", "internal error: " + what));
-      });
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  transport.SetLogger([this](const http::Request& req, const http::Response& res) {
     if (res.status >= 500) {
       ++http_5xx;
     } else if (res.status >= 400) {
@@ -203,7 +181,7 @@ void Server::Impl::Setup() {
              res.status, extra);
   });
 
-  auto health = [this](const httplib::Request&, httplib::Response& res) {
+  auto health = [this](const http::Request&, http::Response& res) {
     if (draining.load()) {
       res.status = 503;
       res.set_content(
@@ -223,40 +201,36 @@ void Server::Impl::Setup() {
   Route("GET", "/v1/health", health, {.needs_model = false, .open = true});
   for (const char* p : {"/v1/models", "/models"}) {
     Route(
-        "GET", p, [this](const httplib::Request& q, httplib::Response& r) { HandleModels(q, r); },
+        "GET", p, [this](const http::Request& q, http::Response& r) { HandleModels(q, r); },
         no_model);
   }
   Route(
-      "GET", "/metrics",
-      [this](const httplib::Request& q, httplib::Response& r) { HandleMetrics(q, r); }, no_model);
+      "GET", "/metrics", [this](const http::Request& q, http::Response& r) { HandleMetrics(q, r); },
+      no_model);
   for (const char* p : {"/v1/chat/completions", "/chat/completions"}) {
-    Route("POST", p, [this](const httplib::Request& q, httplib::Response& r) { HandleChat(q, r); });
+    Route("POST", p, [this](const http::Request& q, http::Response& r) { HandleChat(q, r); });
   }
   for (const char* p : {"/v1/completions", "/completions"}) {
-    Route("POST", p,
-          [this](const httplib::Request& q, httplib::Response& r) { HandleCompletion(q, r); });
+    Route("POST", p, [this](const http::Request& q, http::Response& r) { HandleCompletion(q, r); });
   }
   const RouteSpec anthropic{.errors = ErrorShape::kAnthropic, .x_api_key = true};
   Route(
       "POST", "/v1/messages",
-      [this](const httplib::Request& q, httplib::Response& r) { HandleMessages(q, r); }, anthropic);
+      [this](const http::Request& q, http::Response& r) { HandleMessages(q, r); }, anthropic);
   Route(
       "POST", "/v1/messages/count_tokens",
-      [this](const httplib::Request& q, httplib::Response& r) { HandleCountTokens(q, r); },
-      anthropic);
+      [this](const http::Request& q, http::Response& r) { HandleCountTokens(q, r); }, anthropic);
   Route("POST", "/v1/responses",
-        [this](const httplib::Request& q, httplib::Response& r) { HandleResponses(q, r); });
-  Route("GET", "/props",
-        [this](const httplib::Request& q, httplib::Response& r) { HandleProps(q, r); });
-  Route("GET", "/slots",
-        [this](const httplib::Request& q, httplib::Response& r) { HandleSlots(q, r); });
+        [this](const http::Request& q, http::Response& r) { HandleResponses(q, r); });
+  Route("GET", "/props", [this](const http::Request& q, http::Response& r) { HandleProps(q, r); });
+  Route("GET", "/slots", [this](const http::Request& q, http::Response& r) { HandleSlots(q, r); });
   RouteWebUi();
   Route("POST", "/apply-template",
-        [this](const httplib::Request& q, httplib::Response& r) { HandleApplyTemplate(q, r); });
+        [this](const http::Request& q, http::Response& r) { HandleApplyTemplate(q, r); });
   Route("POST", "/tokenize",
-        [this](const httplib::Request& q, httplib::Response& r) { HandleTokenize(q, r); });
+        [this](const http::Request& q, http::Response& r) { HandleTokenize(q, r); });
   Route("POST", "/detokenize",
-        [this](const httplib::Request& q, httplib::Response& r) { HandleDetokenize(q, r); });
+        [this](const http::Request& q, http::Response& r) { HandleDetokenize(q, r); });
 }
 
 void Server::Impl::CheckOptions() const {
@@ -350,7 +324,7 @@ void Server::Impl::Load() {
   }
 }
 
-void Server::Impl::HandleModels(const httplib::Request&, httplib::Response& res) {
+void Server::Impl::HandleModels(const http::Request&, http::Response& res) {
   json data = json::array();
   if (ready.load()) {
     const model::Hparams& hp = engine->model().hparams();
@@ -373,14 +347,7 @@ void Server::Impl::HandleModels(const httplib::Request&, httplib::Response& res)
   res.set_content(Dump({{"object", "list"}, {"data", data}}), "application/json");
 }
 
-void Server::Impl::HandleMetrics(const httplib::Request& req, httplib::Response& res) {
-  // cpp-httplib 0.11 compresses any text/* body for a client that accepts br or gzip (Go's HTTP
-  // client, hence the llm-d router, asks for gzip; node's fetch for br). Measured on a 13 KB
-  // scrape (bench/scrape_cost.mjs, docs/deploy.md): brotli about 20 ms and gzip about 0.7 ms of
-  // server CPU per scrape, against 0.03 ms to format it. A scrape every 50 ms must not pay that:
-  // it goes out uncompressed. The request object is httplib's own non-const one, lent to this
-  // handler until the response is written.
-  const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
+void Server::Impl::HandleMetrics(const http::Request&, http::Response& res) {
   MetricsView v;
   v.ready = ready.load();
   v.draining = draining.load();
@@ -397,7 +364,7 @@ void Server::Impl::HandleMetrics(const httplib::Request& req, httplib::Response&
                   "text/plain; version=0.0.4");
 }
 
-void Server::Impl::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleTokenize(const http::Request& req, http::Response& res) {
   const json body = ParseBody(req.body);
   auto it = body.find("content");
   if (it == body.end() || !it->is_string()) BadRequest("content", "'content' must be a string");
@@ -430,7 +397,7 @@ void Server::Impl::HandleTokenize(const httplib::Request& req, httplib::Response
   res.set_content(Dump({{"tokens", tokens}}), "application/json");
 }
 
-void Server::Impl::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+void Server::Impl::HandleDetokenize(const http::Request& req, http::Response& res) {
   const json body = ParseBody(req.body);
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array())
@@ -461,36 +428,25 @@ void Server::Run() {
                   .count();
   s.CheckOptions();
   s.Setup();
-  int port = s.options.port;
-  if (port == 0) {
-    port = s.http.bind_to_any_port(s.options.host);
-    if (port <= 0)
+  const int port = s.transport.Bind(s.options.host, s.options.port);
+  if (port <= 0) {
+    if (s.options.port == 0)
       Fail("cannot listen on {} (any port): is the address available here? (--host)",
            s.options.host);
-  } else if (!s.http.bind_to_port(s.options.host, port)) {
     Fail(
         "cannot listen on {}:{}: the port is in use or the address is not available here; choose "
-        "another "
-        "--port or --host",
-        s.options.host, port);
+        "another --port or --host",
+        s.options.host, s.options.port);
   }
   s.log.Info("listening on http://{}:{}", s.options.host, port);
-  std::thread listener([&s] { s.http.listen_after_bind(); });
+  std::thread listener([&s] { s.transport.Run(); });
   try {
     s.Load();
   } catch (...) {
-    // httplib's stop() does nothing before the listener runs, and the listener would then serve
-    // forever: wait until it runs (bounded: it may also have failed and ended), then stop it.
-    for (int i = 0; i < 2500 && !s.http.is_running(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    s.http.stop();
+    s.transport.Stop();
     listener.join();
     throw;
   }
-  // A Stop() during loading may have come before the listener ran: repeat it now.
-  for (int i = 0; i < 500 && !s.http.is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  if (s.stopping.load()) s.http.stop();
   s.ready.store(true);
   s.log.Info("model {} ready: {} slots x {} tokens, mode {}, http://{}:{}/v1", s.model_name,
              s.options.n_slots, s.n_ctx_slot, decode::ModeName(s.defaults.params.mode),
@@ -503,7 +459,7 @@ void Server::Run() {
 void Server::Stop() {
   if (!impl_) return;
   impl_->stopping.store(true);
-  impl_->http.stop();
+  impl_->transport.Stop();
 }
 
 void Server::BeginDrain() {

@@ -1,5 +1,5 @@
-// `crossword serve`: an OpenAI-compatible HTTP server (cpp-httplib) over the engine's scheduler.
-// Routes, flags and behaviour are documented in docs/server.md.
+// `crossword serve`: an OpenAI-compatible HTTP server (Boost.Beast, server/http.h) over the
+// engine's scheduler. Routes, flags and behaviour are documented in docs/server.md.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +28,9 @@ struct ServerOptions {
   std::string alias;           ///< model id in responses (default: the file name's stem)
   std::string api_key;  ///< non-empty: every route but /health needs `Authorization: Bearer KEY`
   bool log_prompts = false;          ///< log prompt and answer text (off: only sizes and timings)
-  size_t max_body_bytes = 8u << 20;  ///< larger request bodies get 413
+  size_t max_body_bytes = 8u << 20;  ///< larger request bodies get 413 (any encoding)
+  double header_timeout_s = 10;      ///< a request's header must arrive within this (else 408)
+  double request_timeout_s = 60;     ///< a whole request, header and body (else 408)
   int http_threads = 0;              ///< 0: max(16, 4 x slots + 8)
   size_t max_queue = 1024;
   // Request defaults.

@@ -64,6 +64,10 @@ void Serve(ServeFlags& f) {
   Check(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535] (got {})", o.port);
   Check(o.n_slots >= 1 && o.n_slots <= 256, "-np must be in [1, 256] (got {})", o.n_slots);
   Check(o.max_body_bytes >= 1024, "--max-body-size must be at least 1024 bytes");
+  Check(o.header_timeout_s > 0 && o.header_timeout_s <= 3600,
+        "--header-timeout must be in (0, 3600] seconds (got {})", o.header_timeout_s);
+  Check(o.request_timeout_s > 0 && o.request_timeout_s <= 86400,
+        "--request-timeout must be in (0, 86400] seconds (got {})", o.request_timeout_s);
   o.metrics_compat = ParseMetricsCompat(f.metrics_compat);
   Check(f.drain_timeout >= 0 && f.drain_timeout <= 86400,
         "--drain-timeout must be in [0, 86400] seconds (got {})", f.drain_timeout);
@@ -177,7 +181,13 @@ void RegisterServerCommands(CLI::App& app) {
   cmd->add_flag("--log-prompts", o.log_prompts,
                 "log prompt and answer text (default: sizes and timings only)");
   cmd->add_option("--max-body-size", o.max_body_bytes,
-                  "largest request body in bytes (larger: 413)")
+                  "largest request body in bytes, any encoding (larger: 413)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", o.header_timeout_s,
+                  "seconds a request's header may take to arrive (then 408 and close)")
+      ->capture_default_str();
+  cmd->add_option("--request-timeout", o.request_timeout_s,
+                  "seconds a whole request (header and body) may take to arrive (then 408)")
       ->capture_default_str();
   cmd->add_option("--max-queue", o.max_queue, "requests waiting for a slot beyond this get 503")
       ->capture_default_str();

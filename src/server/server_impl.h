@@ -2,8 +2,6 @@
 // in completions.cc). Not part of the library's interface.
 #pragma once
 
-#include <httplib.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "server/exchange.h"
+#include "server/http.h"
 #include "server/output.h"
 #include "server/server.h"
 
@@ -40,12 +39,16 @@ struct RouteSpec {
   bool x_api_key = false;   ///< the key may also come as `x-api-key: KEY` (Anthropic clients)
 };
 
+/// The transport's limits from the server's flags.
+http::Limits TransportLimits(const ServerOptions& o);
+
 struct Server::Impl {
-  explicit Impl(ServerOptions o) : options(std::move(o)), log(options.engine.logger) {}
+  explicit Impl(ServerOptions o)
+      : options(std::move(o)), log(options.engine.logger), transport(TransportLimits(options)) {}
 
   ServerOptions options;
   Logger log;
-  httplib::Server http;
+  http::HttpServer transport;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<engine::Scheduler> scheduler;
   std::atomic<bool> ready{false};
@@ -63,8 +66,8 @@ struct Server::Impl {
 
   // Extra text for the one log line of a request, keyed by the request object.
   std::mutex log_mu;
-  std::unordered_map<const httplib::Request*, std::string> log_extra;
-  void SetLogExtra(const httplib::Request& req, std::string text);
+  std::unordered_map<const http::Request*, std::string> log_extra;
+  void SetLogExtra(const http::Request& req, std::string text);
 
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
@@ -78,24 +81,23 @@ struct Server::Impl {
   void Load();
   /// Registers a handler for an exact path. The handler's ApiErrors become the spec's error body.
   void Route(const std::string& method, const std::string& path,
-             std::function<void(const httplib::Request&, httplib::Response&)> fn,
-             RouteSpec spec = {});
+             std::function<void(const http::Request&, http::Response&)> fn, RouteSpec spec = {});
   /// Written by Setup() before the port is served, read-only afterwards: path -> its spec.
   std::unordered_map<std::string, RouteSpec> route_specs;
-  void HandleChat(const httplib::Request& req, httplib::Response& res);
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res);
-  void HandleMessages(const httplib::Request& req, httplib::Response& res);
-  void HandleCountTokens(const httplib::Request& req, httplib::Response& res);
-  void HandleResponses(const httplib::Request& req, httplib::Response& res);
+  void HandleChat(const http::Request& req, http::Response& res);
+  void HandleCompletion(const http::Request& req, http::Response& res);
+  void HandleMessages(const http::Request& req, http::Response& res);
+  void HandleCountTokens(const http::Request& req, http::Response& res);
+  void HandleResponses(const http::Request& req, http::Response& res);
   /// GET /, /app.js, /style.css: the chat page (webui.cc), unless --no-webui.
   void RouteWebUi();
-  void HandleProps(const httplib::Request& req, httplib::Response& res);
-  void HandleSlots(const httplib::Request& req, httplib::Response& res);
-  void HandleApplyTemplate(const httplib::Request& req, httplib::Response& res);
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
-  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
-  void HandleModels(const httplib::Request& req, httplib::Response& res);
-  void HandleMetrics(const httplib::Request& req, httplib::Response& res);
+  void HandleProps(const http::Request& req, http::Response& res);
+  void HandleSlots(const http::Request& req, http::Response& res);
+  void HandleApplyTemplate(const http::Request& req, http::Response& res);
+  void HandleTokenize(const http::Request& req, http::Response& res);
+  void HandleDetokenize(const http::Request& req, http::Response& res);
+  void HandleModels(const http::Request& req, http::Response& res);
+  void HandleMetrics(const http::Request& req, http::Response& res);
   /// Queues one part of an exchange (the request, or its continuation after a forced call's
   /// opening) with callbacks that feed the exchange. Throws crossword::Error as Submit does.
   std::shared_ptr<engine::RequestHandle> SubmitPart(const std::shared_ptr<Exchange>& ex);
@@ -104,11 +106,11 @@ struct Server::Impl {
   /// Throws ApiError(400) for messages the template rejects or grammars that do not compile.
   GenerationJob ChatJob(ChatRequest r);
   /// Runs a parsed job: submits it and answers (stream or not).
-  void Generate(const httplib::Request& req, httplib::Response& res, GenerationJob job);
+  void Generate(const http::Request& req, http::Response& res, GenerationJob job);
   void RequireReady() const;
 };
 
 /// Writes the error's body in `shape` with the error's status.
-void SendError(httplib::Response& res, const ApiError& e, ErrorShape shape = ErrorShape::kOpenAi);
+void SendError(http::Response& res, const ApiError& e, ErrorShape shape = ErrorShape::kOpenAi);
 
 }  // namespace crossword::server

@@ -36,7 +36,7 @@ void Server::Impl::RouteWebUi() {
     const char* type = f.type;
     // The files hold no secrets; the page asks for the API key and sends it with API calls.
     Route("GET", f.path,
-          [body, type](const httplib::Request&, httplib::Response& res) {
+          [body, type](const http::Request&, http::Response& res) {
             res.set_header("Cache-Control", "no-cache");
             // Nothing but this server: no CDN, no inline code, no other origin.
             res.set_header("Content-Security-Policy",
@@ -47,7 +47,7 @@ void Server::Impl::RouteWebUi() {
           {.needs_model = false, .open = true});
   }
   Route("GET", "/index.html",
-        [](const httplib::Request&, httplib::Response& res) { res.set_redirect("/"); },
+        [](const http::Request&, http::Response& res) { res.set_redirect("/"); },
         {.needs_model = false, .open = true});
 }
 

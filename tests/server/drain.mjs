@@ -104,7 +104,12 @@ check("SIGTERM with requests longer than --drain-timeout: cancelled at the bound
   assert.deepEqual(ex, { code: 0, signal: null });
   assert.ok(took >= 900 && took < 4000, `exit ${took} ms after SIGTERM with a 1 s bound`);
   assert.ok(a.tokens < 64000 && b.tokens < 64000, "the long requests cannot have finished");
-  assert.ok(!a.done || a.error || a.finish !== "length", "the cut stream must not look complete");
+  // Cut streams end properly: an error event, then [DONE] (not a dropped connection).
+  for (const [i, r] of [a, b].entries()) {
+    assert.ok(r.done, `cut stream ${i} has no [DONE]`);
+    assert.match(String(r.error?.message), /shutting down/, `cut stream ${i}: ${JSON.stringify(r.error)}`);
+    assert.notEqual(r.finish, "length", `cut stream ${i} must not look complete`);
+  }
   assert.match(srv.log(), /drain bound reached after [0-9.]+ s: cancelling 2 requests/);
   console.log(`     exit 0 ${took} ms after SIGTERM (bound 1 s)`);
 });
