@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build install run test test-asan test-sanitizers fuzz bench train-tiny clean
+.PHONY: deps configure build install run test test-asan test-sanitizers fuzz fuzz-build bench train-tiny clean
 
 deps:
 	@scripts/install-deps
@@ -47,15 +47,25 @@ test-sanitizers: deps
 	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  ctest --output-on-failure -j$(JOBS) --timeout 900 -R '$(TSAN_TESTS)'
 
-# libFuzzer run of the GGUF reader (clang, ASan/UBSan) on a corpus seeded with synthesized files.
+# libFuzzer runs (clang, ASan/UBSan) of the GGUF reader, on a corpus seeded with synthesized files,
+# and of the request path (body -> gate -> validation -> template -> output parser), seeded with
+# the test requests in fuzz/request_seeds; FUZZ_SECONDS each, one after the other. Findings (crash-*,
+# leak-*, timeout-*) are written to build-fuzz/; the corpora grow in build-fuzz/*corpus.
 FUZZ_SECONDS ?= 60
-fuzz: deps
+FUZZ_NICE ?=
+fuzz: deps fuzz-build
+	@$(FUZZ_NICE) build-fuzz/gguf_reader_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=131072 \
+	  -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=build-fuzz/ build-fuzz/corpus
+	@$(FUZZ_NICE) build-fuzz/request_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	  -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 -dict=fuzz/json.dict \
+	  -artifact_prefix=build-fuzz/ build-fuzz/request-corpus
+
+fuzz-build:
 	@cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 	@cmake --build build-fuzz -j$(JOBS)
-	@mkdir -p build-fuzz/corpus && build-fuzz/gguf_fuzz_seeds build-fuzz/corpus
-	@build-fuzz/gguf_reader_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=131072 -rss_limit_mb=4096 \
-	  -print_final_stats=1 build-fuzz/corpus
+	@mkdir -p build-fuzz/corpus build-fuzz/request-corpus && build-fuzz/gguf_fuzz_seeds build-fuzz/corpus
+	@cp -n fuzz/request_seeds/*.json build-fuzz/request-corpus/
 
 # Retrains the embedded tiny model from scratch (corpus, BPE, ~105 min of CPU training in three stages, evaluation):
 # writes models/clover-tiny.gguf; logs and the held-out evaluation go to $(BUILD)/tiny/.

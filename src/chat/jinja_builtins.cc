@@ -35,7 +35,9 @@ Bound Bind(const std::string& what, CallArgs& args, std::initializer_list<const 
     b.values[i] = args.positional[i];
     b.given[i] = true;
   }
-  for (const auto& [k, v] : args.keyword) {
+  for (const auto& kw : args.keyword) {
+    const auto& k = kw.first;  // not a structured binding: clang 14 cannot capture those
+    const auto& v = kw.second;
     auto it = std::find_if(params.begin(), params.end(), [&](const char* p) { return k == p; });
     if (it == params.end()) Fail("{} got an unexpected keyword argument '{}'", what, k);
     size_t idx = static_cast<size_t>(it - params.begin());

@@ -12,6 +12,15 @@
 
 namespace crossword::chat::jinja {
 
+DictObj::DictObj(Kind kind) : kind_(kind) {}
+
+size_t DictObj::size() const { return entries_.size(); }
+
+void DictObj::Clear() {
+  entries_.clear();
+  index_.clear();
+}
+
 const Value* DictObj::Find(std::string_view key) const {
   auto it = index_.find(key);
   return it == index_.end() ? nullptr : &entries_[it->second].second;

@@ -44,10 +44,12 @@ inline constexpr int kMaxValueNesting = 512;
 class DictObj {
  public:
   enum class Kind { kDict, kNamespace, kLoop };
-  explicit DictObj(Kind kind = Kind::kDict) : kind_(kind) {}
+  // Members touching entries_ are out of line (jinja_value.cc), where Value is complete: clang
+  // instantiates the vector's members in inline ones, before Value is defined.
+  explicit DictObj(Kind kind = Kind::kDict);
 
   Kind kind() const { return kind_; }
-  size_t size() const { return entries_.size(); }
+  size_t size() const;
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
   /// Returns the value stored under `key`, or nullptr.
   const Value* Find(std::string_view key) const;
@@ -59,10 +61,7 @@ class DictObj {
   /// scalars or values whose nesting is already accounted for (the `loop` object).
   void SetAt(size_t i, Value value);
   /// Removes all entries (used to break namespace reference cycles after a render).
-  void Clear() {
-    entries_.clear();
-    index_.clear();
-  }
+  void Clear();
 
  private:
   Kind kind_;
