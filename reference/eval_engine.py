@@ -3,7 +3,11 @@ in every mode, with the same questions and the same correctness rule as eval_tin
 reference): accuracy, tokens per forward pass, drafts accepted per spec round, generation tokens/s.
 
   eval_engine.py --crossword build/src/cli/crossword [--model M.gguf] --heldout heldout.jsonl
-                 [--threads 2] [--max-tokens 160] [--json OUT]
+                 [--threads 2] [--max-tokens 160] [--json OUT] [--extra MODE ...] [--reps N]
+
+--extra adds spec variants (EXTRA_MODES: spec-auto = --draft-max auto, spec-budget = the draft
+expert budget, spec-auto-budget, spec-d3 / spec-d7 = --draft-max 3 / 7); --reps N runs every mode N
+times, interleaved, and reports the median tokens/s with its range (answers must not change).
 
 Greedy without penalties (as the reference decodes); each prompt is the held-out item's rendered
 chat prompt, tokenized by the server with special tokens parsed.
@@ -56,6 +60,15 @@ def start_server(a) -> tuple[subprocess.Popen, int]:
     raise SystemExit("eval_engine: the server exited before listening")
 
 
+EXTRA_MODES = {
+    "spec-auto": ("spec", {"draft_max": "auto"}),
+    "spec-budget": ("spec", {"draft_expert_budget": True}),
+    "spec-auto-budget": ("spec", {"draft_max": "auto", "draft_expert_budget": True}),
+    "spec-d3": ("spec", {"draft_max": 3}),
+    "spec-d7": ("spec", {"draft_max": 7}),
+}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--crossword", required=True)
@@ -64,7 +77,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--extra", nargs="*", default=[], choices=sorted(EXTRA_MODES))
+    ap.add_argument("--reps", type=int, default=1, help="runs of every mode (median tokens/s)")
     a = ap.parse_args()
+    modes = list(MODES) + [(n, *EXTRA_MODES[n]) for n in a.extra]
     with open(a.heldout, encoding="utf-8") as f:
         items = [json.loads(line) for line in f]
     proc, port = start_server(a)
@@ -72,7 +88,7 @@ def main():
     try:
         prompts = [post(port, "/tokenize", {"content": it["prompt"], "parse_special": True})["tokens"]
                    for it in items]
-        for name, mode, kw in MODES:
+        for rep, (name, mode, kw) in [(r, m) for r in range(a.reps) for m in modes]:
             right, gen, passes, gen_ms, acc, rounds, answers = 0, 0, 0, 0.0, 0.0, 0, []
             per_kind: dict = {}
             t0 = time.time()
@@ -98,13 +114,30 @@ def main():
                    "per_kind": per_kind, "answers": answers}
             if mode == "spec":
                 res["mean_accepted"] = acc / max(1, rounds)
+            if name in out:
+                if out[name]["answers"] != answers:
+                    raise SystemExit(f"eval_engine: {name} answered differently in run {rep + 1}")
+                res["tokens_per_s_runs"] = out[name]["tokens_per_s_runs"] + [res["tokens_per_s"]]
+            else:
+                res["tokens_per_s_runs"] = [res["tokens_per_s"]]
+            runs = sorted(res["tokens_per_s_runs"])
+            res["tokens_per_s_median"] = (runs[len(runs) // 2] if len(runs) % 2
+                                          else 0.5 * (runs[len(runs) // 2 - 1] + runs[len(runs) // 2]))
             out[name] = res
-            print(f"eval_engine {name:15s} accuracy {right}/{len(items)} = {100 * right / len(items):5.1f}%  "
+            print(f"eval_engine {name:16s} accuracy {right}/{len(items)} = {100 * right / len(items):5.1f}%  "
                   f"TPF {res['tokens_per_pass']:.2f}  tok/s {res['tokens_per_s']:.1f}"
                   + (f"  mean accepted {res['mean_accepted']:.2f}" if mode == "spec" else ""), flush=True)
-        same = sum(x == y for x, y in zip(out["ar"]["answers"], out["spec"]["answers"]))
-        print(f"eval_engine spec == ar on {same}/{len(items)} answers")
-        out["spec_equals_ar"] = same
+        for name, _, _ in modes:
+            if name.startswith("spec"):
+                same = sum(x == y for x, y in zip(out["ar"]["answers"], out[name]["answers"]))
+                print(f"eval_engine {name} == ar on {same}/{len(items)} answers")
+                out[f"{name}_equals_ar"] = same
+        ar = out["ar"]["tokens_per_s_median"]
+        for name, _, _ in modes:
+            r = out[name]
+            print(f"eval_engine {name:16s} median tok/s {r['tokens_per_s_median']:.1f} "
+                  f"({min(r['tokens_per_s_runs']):.1f}-{max(r['tokens_per_s_runs']):.1f}, {len(r['tokens_per_s_runs'])} runs)"
+                  f"  {r['tokens_per_s_median'] / ar:.2f}x ar", flush=True)
     finally:
         proc.terminate()
         proc.wait()

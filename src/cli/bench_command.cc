@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "cli/bench_sweep.h"
 #include "cli/common.h"
 #include "kernels/kernels.h"
 
@@ -28,6 +29,8 @@ struct BenchFlags {
   int reps = 5;
   int warmup = 1;
   bool passes = false;
+  bool sweep = false;
+  std::vector<int64_t> sweep_rows = {1, 2, 4, 8, 16, 32};
   int block = 32;
   std::string output = "md";
 };
@@ -82,35 +85,8 @@ double ReadBandwidth(const gguf::File& file, ThreadPool& pool, size_t* bytes_rea
   }
   if (!big || big->nbytes < (64u << 20)) return 0.0;  // too small to leave the caches
   *what = big->name;
-  const size_t words = big->nbytes / 8;
-  *bytes_read = words * 8;
-  constexpr size_t kTaskWords = size_t{1} << 19;  // 4 MiB per task
-  const int64_t n_tasks = static_cast<int64_t>((words + kTaskWords - 1) / kTaskWords);
-  std::vector<uint64_t> sink(static_cast<size_t>(pool.size()) * 8, 0);
-  double best = 0.0;
-  for (int pass = 0; pass < 5; ++pass) {
-    const auto t0 = Clock::now();
-    pool.ParallelFor(n_tasks, [&](int64_t task, int thread) {
-      const auto* p = reinterpret_cast<const uint64_t*>(big->data);
-      const size_t a = static_cast<size_t>(task) * kTaskWords, b = std::min(words, a + kTaskWords);
-      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      size_t i = a;
-      for (; i + 4 <= b; i += 4) {
-        s0 += p[i];
-        s1 ^= p[i + 1];
-        s2 += p[i + 2];
-        s3 ^= p[i + 3];
-      }
-      for (; i < b; ++i) s0 += p[i];
-      sink[static_cast<size_t>(thread) * 8] += s0 + s1 + s2 + s3;  // one cache line per thread
-    });
-    const double s = Seconds(t0, Clock::now());
-    best = std::max(best, static_cast<double>(*bytes_read) / s / 1e9);
-  }
-  uint64_t all = 0;
-  for (uint64_t v : sink) all ^= v;
-  if (all == 0x5eed) std::fputc(' ', stderr);  // keeps the sums observable
-  return best;
+  *bytes_read = big->nbytes / 8 * 8;
+  return ReadBandwidthOf(big->data, big->nbytes, pool);
 }
 
 // One known-answer question for trained files (random-weight synth files have no right answer).
@@ -355,6 +331,16 @@ void RunBench(const BenchFlags& f) {
                  "machine read bandwidth: %.1f GB/s (%d threads, best of 5 reads of %s, %.2f GB)\n",
                  bw, pool.size(), bw_tensor.c_str(), static_cast<double>(bw_bytes) / 1e9);
   }
+  if (f.sweep) {
+    SweepOptions so;
+    so.rows = f.sweep_rows;
+    so.reps = f.reps;
+    so.warmup = f.warmup;
+    so.json = f.output == "json";
+    so.model_name = f.model.model.empty() ? engine->model_name() : f.model.model;
+    RunPassSweep(*engine, std::span(prompt).first(static_cast<size_t>(f.n_prompt)), so, stdout,
+                 info);
+  }
   std::fprintf(info, "load average after: %s\n", LoadAverage().c_str());
   std::fflush(stdout);
 }
@@ -378,6 +364,14 @@ void RegisterBenchCommand(CLI::App& app) {
                 "also time an AR step, a denoise pass and a verify pass of --block tokens, and GDN "
                 "rollbacks");
   cmd->add_option("--block", flags->block, "block / draft length of --passes")
+      ->capture_default_str();
+  cmd->add_flag(
+      "--sweep", flags->sweep,
+      "time AR-step, verify and denoise passes for each of --sweep-rows rows, each beside "
+      "its floor (bytes read / measured read bandwidth, multiply-adds / measured int8 "
+      "rate) and the distinct experts per layer it used");
+  cmd->add_option("--sweep-rows", flags->sweep_rows, "rows T of the --sweep passes")
+      ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("-o,--output", flags->output, "md (table) or json (one object per line)")
       ->check(CLI::IsMember({"md", "json"}))

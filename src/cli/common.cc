@@ -72,10 +72,16 @@ void DecodeFlags::Add(CLI::App* cmd) {
   cmd->add_option("--threshold", decoding.threshold,
                   "diffusion commit threshold (default: from the model, 0.95)");
   cmd->add_option("--draft-max", decoding.draft_max,
-                  "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15)");
+                  "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15), or "
+                  "auto: chosen per round from the acceptance and pass costs seen so far")
+      ->transform(
+          [](std::string s) { return s == "auto" ? std::to_string(decode::kDraftAuto) : s; });
   cmd->add_option(
       "--draft-p-min", decoding.draft_p_min,
       "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");
+  cmd->add_flag("--draft-expert-budget", decoding.draft_expert_budget,
+                "spec: draft rows route only among the seed's experts (fewer expert bytes per "
+                "draft; output unchanged, acceptance may drop)");
   cmd->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->capture_default_str();
   cmd->add_option("--temp,--temperature", temperature,
                   "sampling temperature (0 = greedy, the default)");

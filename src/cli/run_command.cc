@@ -242,6 +242,13 @@ void Run(const RunFlags& f) {
         "crossword: ms per pass: prefill %.2f, ar %.2f, denoise/draft %.2f, commit/verify %.2f\n",
         ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
         ms(st.denoise_seconds, st.denoise_passes), ms(st.commit_seconds, st.commit_passes));
+    auto per = [](double sum, int64_t n) { return n > 0 ? sum / static_cast<double>(n) : 0.0; };
+    std::fprintf(stderr,
+                 "crossword: distinct experts per MoE layer per pass (U): ar %.1f, denoise/draft "
+                 "%.1f, commit/verify %.1f (of %d, top-%d)\n",
+                 per(st.ar_experts, st.ar_passes), per(st.denoise_experts, st.denoise_passes),
+                 per(st.commit_experts, st.commit_passes), engine->model().hparams().n_expert,
+                 engine->model().hparams().n_expert_used);
     if (params.mode == decode::Mode::kSpec) {
       std::string hist;
       for (size_t k = 0; k < st.accepted_hist.size(); ++k) {

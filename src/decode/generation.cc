@@ -85,7 +85,11 @@ DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
   p.mode = ParseMode(mode, "--mode");  // named after the flag, like the range errors
   if (block_size) p.block_size = *block_size;
   if (threshold) p.threshold = static_cast<float>(*threshold);
-  if (draft_max) p.draft_max = *draft_max;
+  if (draft_expert_budget) p.draft_expert_budget = true;
+  if (draft_max) {
+    p.draft_auto = *draft_max == kDraftAuto;
+    if (*draft_max != kDraftAuto) p.draft_max = *draft_max;
+  }
   if (draft_p_min) p.draft_p_min = static_cast<float>(*draft_p_min);
   return p;
 }
@@ -144,6 +148,7 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
   input_.reserve(std::max<int64_t>(params_.prefill_chunk, params_.block_size));
   block_.reserve(params_.block_size);
   masked_.reserve(params_.block_size);
+  need_.reserve(params_.block_size);
   stats_.accepted_hist.assign(params_.block_size, 0);
   draft_dist_.resize(params_.mode == Mode::kSpec ? params_.block_size : 0);
   if (params_.grammar) {
@@ -244,6 +249,13 @@ model::SequenceInput Generation::NextInput() {
       input_ = block_;
       in.kind = model::PassKind::kDenoise;
       in.logits = model::LogitRows::kAll;
+      // Row j predicts slot j + 1 (shifted logits): only rows of still-masked slots are read,
+      // so the output head skips the others (the last row predicts no slot of this block).
+      need_.resize(block_.size());
+      for (size_t j = 0; j < block_.size(); ++j)
+        need_[j] = j + 1 < block_.size() ? masked_[j + 1] : 0;
+      in.need_rows = need_;
+      if (phase_ == Phase::kDraft && params_.draft_expert_budget) in.expert_anchor_rows = 1;
       break;
     case Phase::kCommit:
       input_ = block_;
@@ -263,6 +275,23 @@ model::SequenceInput Generation::NextInput() {
 }
 
 void Generation::AccountPass(double seconds) {
+  const double u = pass_experts_;
+  pass_experts_ = 0;
+  switch (phase_) {
+    case Phase::kAr:
+      stats_.ar_experts += u;
+      break;
+    case Phase::kDenoise:
+    case Phase::kDraft:
+      stats_.denoise_experts += u;
+      break;
+    case Phase::kCommit:
+    case Phase::kVerify:
+      stats_.commit_experts += u;
+      break;
+    default:
+      break;
+  }
   switch (phase_) {
     case Phase::kPrefill:
       ++stats_.prefill_passes;
@@ -276,11 +305,14 @@ void Generation::AccountPass(double seconds) {
     case Phase::kDraft:
       ++stats_.denoise_passes;
       stats_.denoise_seconds += seconds;
+      if (params_.draft_auto) draft_control_.OnPass(static_cast<int64_t>(input_.size()), seconds);
       break;
     case Phase::kCommit:
     case Phase::kVerify:
       ++stats_.commit_passes;
       stats_.commit_seconds += seconds;
+      if (phase_ == Phase::kVerify && params_.draft_auto)
+        draft_control_.OnPass(static_cast<int64_t>(input_.size()), seconds);
       break;
     case Phase::kDone:
       break;
@@ -332,7 +364,15 @@ void Generation::StartBlock(int32_t seed) {
   int64_t len = params_.block_size;
   if (params_.mode == Mode::kSpec && params_.draft_max > 0)
     len = std::min<int64_t>(len, params_.draft_max + 1);
-  block_len_ = std::min<int64_t>(len, limit_ - stats_.generated);
+  len = std::min<int64_t>(len, limit_ - stats_.generated);
+  if (params_.mode == Mode::kSpec && params_.draft_auto) {
+    len = 1 + draft_control_.Next(static_cast<int>(len - 1));
+    if (len == 1) {  // no draft pays: the round is one AR step (a verify pass of the seed)
+      phase_ = Phase::kVerify;
+      verify_len_ = 1;
+    }
+  }
+  block_len_ = len;
   block_.assign(1, seed);
   block_.resize(block_len_, params_.mask_id);
   masked_.assign(block_.size(), 1);
@@ -531,6 +571,8 @@ void Generation::OnVerify(std::span<const float> logits) {
   const int32_t bonus =
       params_.sampling.greedy() ? VerifyGreedy(logits, accepted) : VerifySampled(logits, accepted);
   ++stats_.accepted_hist[std::min<int64_t>(accepted, params_.block_size - 1)];
+  if (params_.draft_auto)
+    draft_control_.OnRound(static_cast<int>(verify_len_ - 1), static_cast<int>(accepted));
   state_.RollbackTo(1 + accepted);
   if (phase_ == Phase::kDone || bonus < 0) return;
   StartBlock(bonus);

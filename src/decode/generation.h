@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "decode/constraint.h"
+#include "decode/draft_control.h"
 #include "decode/sampling.h"
 #include "model/model.h"
 
@@ -35,6 +36,8 @@ struct RampBias {
 
 /// Largest spec draft (drafts per round) any flag or request may ask for.
 inline constexpr int kMaxDraft = 255;
+/// DecodeOverrides::draft_max value of `--draft-max auto` (DecodeParams::draft_auto).
+inline constexpr int kDraftAuto = -1;
 
 struct DecodeParams {
   Mode mode = Mode::kAr;
@@ -44,6 +47,14 @@ struct DecodeParams {
   /// denoise pass with d = min(draft_max, block_size - 1) (0: block_size - 1). As llama.cpp's
   /// --draft-max.
   int draft_max = 0;
+  /// Spec (`--draft-max auto`): pick each round's drafts in [0, max] (max as above) to maximize
+  /// expected tokens per second from the acceptance and the pass costs seen so far in this
+  /// generation (DraftControl); 0 drafts make the round one AR step. Output is unchanged.
+  bool draft_auto = false;
+  /// Spec: the draft pass's mask rows route only among the seed's experts
+  /// (SequenceInput::expert_anchor_rows = 1), so a draft reads no more expert bytes than an AR
+  /// step. Output is unchanged (verification is exact); acceptance may drop.
+  bool draft_expert_budget = false;
   /// Spec: the verify pass takes the seed and the leading drafts whose slot confidence (softmax
   /// probability of the slot's best non-mask token, full vocabulary, after penalties and biases)
   /// is >= draft_p_min, in [0, 1]; 0 verifies every draft.
@@ -86,11 +97,13 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
 /// The decoding settings a user picks over a model's defaults: the flags of `run` and `serve`
 /// (--mode, --block-size, --threshold, --draft-max, --draft-p-min), held once for both.
 struct DecodeOverrides {
-  std::string mode = "ar";            ///< ar | diffusion | spec
-  std::optional<int> block_size;      ///< tokens; unset: the model's (0 is out of range)
-  std::optional<double> threshold;    ///< unset: the model's (0 is out of range, not "default")
-  std::optional<int> draft_max;       ///< spec drafts per round at most; unset: the engine's (15)
+  std::string mode = "ar";          ///< ar | diffusion | spec
+  std::optional<int> block_size;    ///< tokens; unset: the model's (0 is out of range)
+  std::optional<double> threshold;  ///< unset: the model's (0 is out of range, not "default")
+  /// Spec drafts per round at most; unset: the engine's (15); kDraftAuto: `auto` (adaptive).
+  std::optional<int> draft_max;
   std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
+  bool draft_expert_budget = false;   ///< spec drafts route among the seed's experts only
 
   /// `p` with these settings over it. Throws crossword::Error naming --mode on an unknown mode;
   /// the ranges are left to CheckDecodeRanges, so that a caller can check before a model's
@@ -111,8 +124,11 @@ struct DecodeStats {
   int64_t verify_rows = 0;             ///< spec: tokens of all verify passes (seed + drafts kept)
   double prefill_seconds = 0, ar_seconds = 0, denoise_seconds = 0, commit_seconds = 0;
   double first_token_seconds = 0;  ///< from Start() to the first emitted token
-  int64_t grammar_masks = 0;       ///< structured output: allowed-token masks computed
-  double grammar_seconds = 0;      ///< ... and the time they took
+  /// Distinct routed experts per MoE layer summed over the passes of each kind (the expert union
+  /// U; divide by the pass count), as reported with NotePassExperts.
+  double ar_experts = 0, denoise_experts = 0, commit_experts = 0;
+  int64_t grammar_masks = 0;   ///< structured output: allowed-token masks computed
+  double grammar_seconds = 0;  ///< ... and the time they took
   int64_t forward_passes() const { return ar_passes + denoise_passes + commit_passes; }
   /// Tokens per forward pass after prefill (commit passes counted).
   double tokens_per_pass() const;
@@ -153,6 +169,10 @@ class Generation {
   void OnLogits(std::span<const float> logits);
   /// Ends the generation now (client cancelled).
   void Cancel();
+  /// Optional, before OnLogits: the pass used `per_layer` distinct routed experts per MoE layer
+  /// (ForwardContext::experts_used() / moe_layers(); for a batch, the batch's), added to the
+  /// stats of the pass's kind.
+  void NotePassExperts(double per_layer) { pass_experts_ = per_layer; }
 
  private:
   enum class Phase : uint8_t { kPrefill, kAr, kDenoise, kCommit, kDraft, kVerify, kDone };
@@ -198,6 +218,7 @@ class Generation {
   std::vector<int32_t> input_;   // tokens of the pending pass
   std::vector<int32_t> block_;   // diffusion/spec block tokens
   std::vector<uint8_t> masked_;  // diffusion: slot still masked
+  std::vector<uint8_t> need_;    // denoise/draft pass: rows whose logits are read (need_rows)
   int64_t block_emitted_ = 0;    // diffusion: leading slots already emitted
   int64_t block_len_ = 0;
   int64_t verify_len_ = 0;  // spec: rows of the verify pass (seed + kept drafts)
@@ -208,7 +229,9 @@ class Generation {
   std::unique_ptr<TokenConstraint> constraint_;  // structured output (params_.grammar)
   int64_t limit_ = 0;  // answer tokens at most: min(max_tokens, n_ctx - prompt)
   bool think_open_ = false;
-  int32_t pending_ = -1;  // AR: token to feed next
+  int32_t pending_ = -1;        // AR: token to feed next
+  DraftControl draft_control_;  // spec with draft_auto
+  double pass_experts_ = 0;     // NotePassExperts of the pending pass
   Clock::time_point start_, pass_start_;
 };
 

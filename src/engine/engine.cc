@@ -241,6 +241,8 @@ decode::Generation RunGeneration(const Engine& engine, model::SequenceState& sta
     model::SequenceInput in = gen.NextInput();
     const auto n_in = static_cast<int64_t>(in.tokens.size());
     executor.Forward({&in, 1}, *ctx);
+    if (ctx->moe_layers() > 0)
+      gen.NotePassExperts(static_cast<double>(ctx->experts_used()) / ctx->moe_layers());
     gen.OnLogits(ctx->logits(0));
     if (prefill && hooks.on_prefill)
       hooks.on_prefill(before + n_in - n_cached, n_prompt - n_cached);

@@ -323,6 +323,9 @@ bool Scheduler::Step() {
     const int64_t before = s.gen->stats().generated;
     const std::span<const float> logits = ctx_->logits(static_cast<int>(i));
     s.row = s.gen->params().mode == decode::Mode::kAr ? logits : std::span<const float>();
+    if (ctx_->moe_layers() > 0) {
+      s.gen->NotePassExperts(static_cast<double>(ctx_->experts_used()) / ctx_->moe_layers());
+    }
     try {
       s.gen->OnLogits(logits);
     } catch (const std::exception& e) {

@@ -113,6 +113,17 @@ BatchTotals ValidateBatch(const Executor& executor, std::span<const SequenceInpu
       if (tok < 0 || tok >= n_vocab)
         Fail("forward: token id {} is outside the vocabulary [0, {})", tok, n_vocab);
     }
+    if (!in.need_rows.empty() &&
+        (in.logits != LogitRows::kAll || static_cast<int64_t>(in.need_rows.size()) != T)) {
+      Fail("forward: sequence {} has need_rows, which needs LogitRows::kAll and one flag per token",
+           s);
+    }
+    if (in.expert_anchor_rows < 0 || (in.expert_anchor_rows > 0 && in.kind != PassKind::kDenoise)) {
+      Fail(
+          "forward: sequence {} has expert_anchor_rows {}; it must be >= 0, and > 0 only in a "
+          "denoise pass",
+          s, in.expert_anchor_rows);
+    }
     if (in.record && (in.kind != PassKind::kCausal || T > in.state->max_record_tokens())) {
       Fail(
           "forward: sequence {} asks to record {} tokens; recording needs a causal pass of at most "

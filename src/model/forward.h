@@ -162,6 +162,25 @@ struct SequenceInput {
   LogitRows logits = LogitRows::kLast;
   /// Causal passes only: record GDN inputs so state->RollbackTo(n) can keep a prefix of them.
   bool record = false;
+  /// kAll only, optional (empty: every row): one flag per token; rows whose flag is 0 get no
+  /// logits (their n_vocab floats are left unspecified, the output head skips them). The layout
+  /// stays row i at i * n_vocab. A denoise pass needs only the rows of still-masked slots.
+  std::span<const uint8_t> need_rows = {};
+  /// Denoise passes only, optional (0: off): the rows from this index on route only among the
+  /// experts the rows before it selected (top-k of the router's softmax inside that set,
+  /// renormalized), so they add no expert bytes to the pass. For spec drafts: [seed, MASK x d]
+  /// with 1 here reads the seed's k experts only. Changes the draft, never a verify pass.
+  int32_t expert_anchor_rows = 0;
+};
+
+/// What the last forward pass on a context did (filled by executors that count it; zeros
+/// otherwise).
+struct PassCounters {
+  /// Distinct routed experts used, summed over the MoE layers (the expert union U(T) of
+  /// ../shared/parallel-decoding-notes.md section 2, times the layer count).
+  int64_t experts_used = 0;
+  int moe_layers = 0;     ///< MoE layers counted; experts_used / moe_layers = U per layer
+  int64_t head_rows = 0;  ///< output-head rows computed (fewer than the logit rows with need_rows)
 };
 
 /// Scratch memory of forward passes (activations, routing, logits), sized once by
@@ -182,6 +201,13 @@ class ForwardContext {
   virtual std::span<const float> logits(int s) const = 0;
   /// Rows logits(s) holds.
   virtual int64_t n_logit_rows(int s) const = 0;
+  /// Counters of the last pass (PassCounters).
+  const PassCounters& counters() const { return counters_; }
+  int64_t experts_used() const { return counters_.experts_used; }
+  int moe_layers() const { return counters_.moe_layers; }
+  int64_t head_rows() const { return counters_.head_rows; }
+  /// For executors: the counters they fill during a pass.
+  PassCounters& mutable_counters() { return counters_; }
 
  protected:
   ForwardContext(const Executor& executor, const ContextOptions& options)
@@ -190,6 +216,7 @@ class ForwardContext {
  private:
   const Executor* executor_;
   ContextOptions options_;
+  PassCounters counters_;
 };
 
 /// A named intermediate of a forward pass, reported to a ForwardObserver: `rows` x `cols` floats,

@@ -268,8 +268,17 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
     if (t <= 0.0) BadRequest(prefix + "threshold", "'" + prefix + "threshold' must be in (0, 1]");
     p.threshold = static_cast<float>(t);
   }
-  if (const json* v = Field(obj, "draft_max"))
-    p.draft_max = static_cast<int>(Integer(*v, prefix + "draft_max", 0, decode::kMaxDraft));
+  if (const json* v = Field(obj, "draft_max")) {
+    p.draft_auto = v->is_string() && v->get<std::string>() == "auto";
+    if (!p.draft_auto)
+      p.draft_max = static_cast<int>(Integer(*v, prefix + "draft_max", 0, decode::kMaxDraft));
+  }
+  if (const json* v = Field(obj, "draft_expert_budget")) {
+    if (!v->is_boolean())
+      BadRequest(prefix + "draft_expert_budget",
+                 "'" + prefix + "draft_expert_budget' must be a boolean");
+    p.draft_expert_budget = v->get<bool>();
+  }
   if (const json* v = Field(obj, "draft_p_min"))
     p.draft_p_min = static_cast<float>(Number(*v, prefix + "draft_p_min", 0.0, 1.0));
 }

@@ -43,7 +43,14 @@ json TimingsJson(const Finished& f, decode::Mode mode) {
       {"tokens_per_pass", o.stats.tokens_per_pass()},
       {"rounds", o.stats.rounds},
       {"mean_accepted", o.stats.mean_accepted()},
-      {"verify_rows", o.stats.verify_rows}};
+      {"verify_rows", o.stats.verify_rows},
+      // Mean distinct routed experts per MoE layer per pass (the expert union U) by pass kind;
+      // in a batch, the batch's.
+      {"experts_per_layer",
+       {{"ar", o.stats.ar_passes ? o.stats.ar_experts / o.stats.ar_passes : 0.0},
+        {"denoise",
+         o.stats.denoise_passes ? o.stats.denoise_experts / o.stats.denoise_passes : 0.0},
+        {"commit", o.stats.commit_passes ? o.stats.commit_experts / o.stats.commit_passes : 0.0}}}};
 }
 
 json TraceJson(const PassTrace& t) {

@@ -198,8 +198,10 @@ void RegisterServerCommands(CLI::App& app) {
   cmd->add_option("--threshold", o.decoding.threshold,
                   "default diffusion commit threshold (0: the model's)");
   cmd->add_option(
-      "--draft-max", o.decoding.draft_max,
-      "default spec drafts per round at most, [0, 255] (0: block size - 1; default 15)");
+         "--draft-max", o.decoding.draft_max,
+         "default spec drafts per round at most, [0, 255] (0: block size - 1; default 15), or auto")
+      ->transform(
+          [](std::string s) { return s == "auto" ? std::to_string(decode::kDraftAuto) : s; });
   cmd->add_option(
       "--draft-p-min", o.decoding.draft_p_min,
       "default spec verify cut: leading drafts with probability >= this, [0, 1] (default 0: all)");

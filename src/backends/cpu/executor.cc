@@ -139,6 +139,9 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   jobs_.reserve(2 * static_cast<size_t>(hp.n_expert) + 4);
   seq_logit_offset_.assign(options.max_seqs, 0);
   seq_logit_count_.assign(options.max_seqs, 0);
+  head_y_rows_.assign(static_cast<size_t>(logit_rows), 0);
+  anchor_row_.assign(static_cast<size_t>(T), -1);
+  anchor_n_.assign(static_cast<size_t>(T), 0);
 }
 
 int64_t CpuContext::n_logit_rows(int s) const {
@@ -194,6 +197,15 @@ void CpuExecutor::Forward(std::span<const SequenceInput> seqs, model::ForwardCon
     total += T;
   }
   const std::span<const SeqSpan> sp(spans, seqs.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t n = std::min<int64_t>(seqs[s].expert_anchor_rows, sp[s].T);
+    for (int64_t t = 0; t < sp[s].T; ++t) {
+      const size_t row = static_cast<size_t>(sp[s].row0 + t);
+      ctx.anchor_row_[row] = n > 0 && t >= n ? static_cast<int32_t>(sp[s].row0) : -1;
+      ctx.anchor_n_[row] = static_cast<int32_t>(n);
+    }
+  }
+  ctx.mutable_counters() = model::PassCounters{};
 
   const int64_t E = hp_.n_embd;
   // Named intermediates (docs/model.md, "Named intermediates"): [total][E] unless stated.
@@ -234,7 +246,7 @@ void CpuExecutor::Forward(std::span<const SequenceInput> seqs, model::ForwardCon
   if (observer) {
     int64_t rows = 0;
     for (size_t s = 0; s < seqs.size(); ++s) rows += ctx.seq_logit_count_[s];
-    emit("result_norm", -1, ctx.F(ctx.at_.output_normed), rows, E);
+    emit("result_norm", -1, ctx.F(ctx.at_.output_normed), ctx.head_rows(), E);
     emit("result_output", -1, ctx.F(ctx.at_.logits), rows, hp_.n_vocab);
   }
   for (size_t s = 0; s < seqs.size(); ++s) {
@@ -247,7 +259,8 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
   const int64_t E = hp_.n_embd;
   const float* x = ctx.F(ctx.at_.residual);
   float* outh = ctx.F(ctx.at_.output_normed);
-  int64_t n = 0;
+  int32_t* y_rows = ctx.head_y_rows_.data();
+  int64_t n = 0, h = 0;  // logit rows, head rows
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SeqSpan& span = spans[s];
     ctx.seq_logit_offset_[s] = n;
@@ -259,17 +272,29 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
       first = span.T - 1;
       count = 1;
     }
+    const std::span<const uint8_t> need = seqs[s].need_rows;
     for (int64_t i = 0; i < count; ++i) {
-      kernels::RmsNorm(x + (span.row0 + first + i) * E, w_.output_norm.data(), outh + (n + i) * E,
-                       E, hp_.rms_eps);
+      if (!need.empty() && !need[static_cast<size_t>(first + i)]) continue;
+      kernels::RmsNorm(x + (span.row0 + first + i) * E, w_.output_norm.data(), outh + h * E, E,
+                       hp_.rms_eps);
+      y_rows[h++] = static_cast<int32_t>(n + i);
     }
     ctx.seq_logit_count_[s] = count;
     n += count;
   }
   for (size_t s = seqs.size(); s < ctx.seq_logit_count_.size(); ++s) ctx.seq_logit_count_[s] = 0;
-  if (n == 0) return;
-  kernels::Activations& a = Prepare(ctx.acts_main_, w_.output.type, outh, n, E, E);
-  kernels::MatMul(w_.output, a, ctx.F(ctx.at_.logits), hp_.n_vocab, *pool_);
+  ctx.mutable_counters().head_rows = h;
+  if (h == 0) return;
+  // One product over the rows that need logits, scattered to their logit rows.
+  kernels::Activations& a = Prepare(ctx.acts_main_, w_.output.type, outh, h, E, E);
+  kernels::MatMulJob job;
+  job.w = w_.output;
+  job.x = &a;
+  job.n_rows = h;
+  job.y = ctx.F(ctx.at_.logits);
+  job.ldy = hp_.n_vocab;
+  job.y_rows = h == n ? nullptr : y_rows;
+  kernels::MatMul({&job, 1}, *pool_);
 }
 
 }  // namespace crossword::backends::cpu

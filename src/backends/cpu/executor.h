@@ -46,6 +46,10 @@ class CpuContext final : public model::ForwardContext {
   std::vector<int32_t> i_;
   std::vector<kernels::Activations> acts_main_, acts_ff_;  // indexed by ActFormat
   std::vector<int64_t> seq_logit_offset_, seq_logit_count_;
+  std::vector<int32_t> head_y_rows_;  // Output: logit row of each computed head row
+  // MoE routing with expert_anchor_rows: per batch row, the first anchor row and the number of
+  // anchor rows of its sequence (anchor_row_ -1: the row routes freely).
+  std::vector<int32_t> anchor_row_, anchor_n_;
   int64_t n_vocab_ = 0;
   // Offsets into f_ (floats) and i_ (int32), set up by the constructor. Row t is token t of the
   // batch; [a][b] is row-major.

@@ -200,6 +200,73 @@ TEST(CpuExecutor, DenoisePassLeavesNoTrace) {
   EXPECT_EQ(MaxAbsDiff(x, y), 0.0f);
 }
 
+TEST(CpuExecutor, NeedRowsComputeOnlyThoseRowsWithTheSameBits) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  const Hparams& hp = r.model->hparams();
+  const int64_t V = r.n_vocab();
+  const auto prompt = RandomTokens(21, 30, 1500);
+  auto st = r.State();
+  r.Run(*st, prompt);
+  std::vector<int32_t> block = RandomTokens(10, 31, 1500);
+  block[4] = block[7] = 1626;
+  const auto all = r.Run(*st, block, PassKind::kDenoise);
+  EXPECT_EQ(r.ctx->head_rows(), 10);
+  // Every MoE layer counts its distinct experts: at least top-k, at most all of them.
+  EXPECT_EQ(r.ctx->moe_layers(), hp.n_layer);
+  EXPECT_GE(r.ctx->experts_used(), int64_t{hp.n_expert_used} * hp.n_layer);
+  EXPECT_LE(r.ctx->experts_used(), int64_t{hp.n_expert} * hp.n_layer);
+  const uint8_t need[10] = {0, 1, 1, 0, 0, 0, 1, 0, 0, 1};
+  SequenceInput in{st.get(), block, PassKind::kDenoise, LogitRows::kAll};
+  in.need_rows = need;
+  r.exec->Forward({&in, 1}, *r.ctx);
+  EXPECT_EQ(r.ctx->head_rows(), 4);
+  const auto some = r.ctx->logits(0);
+  ASSERT_EQ(some.size(), all.size());
+  for (int64_t i = 0; i < 10; ++i) {
+    if (!need[i]) continue;
+    for (int64_t v = 0; v < V; ++v) ASSERT_EQ(some[i * V + v], all[i * V + v]) << i;
+  }
+  // A single row: the AR step's one-row product gives the same bits as in the batch.
+  const uint8_t one[10] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 0};
+  in.need_rows = one;
+  r.exec->Forward({&in, 1}, *r.ctx);
+  EXPECT_EQ(r.ctx->head_rows(), 1);
+  for (int64_t v = 0; v < V; ++v) ASSERT_EQ(r.ctx->logits(0)[8 * V + v], all[8 * V + v]);
+  // need_rows needs kAll and one flag per token.
+  in.need_rows = std::span(need).first(9);
+  EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
+  in.need_rows = need;
+  in.logits = LogitRows::kLast;
+  EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
+}
+
+TEST(CpuExecutor, ExpertAnchorRowsKeepMaskRowsInsideTheAnchorsExperts) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  const Hparams& hp = r.model->hparams();
+  auto st = r.State();
+  r.Run(*st, RandomTokens(15, 40, 1500));
+  std::vector<int32_t> block(12, 1626);
+  block[0] = 77;
+  SequenceInput in{st.get(), block, PassKind::kDenoise, LogitRows::kAll};
+  r.exec->Forward({&in, 1}, *r.ctx);
+  const int64_t free_union = r.ctx->experts_used();
+  const auto free_logits = std::vector<float>(r.ctx->logits(0).begin(), r.ctx->logits(0).end());
+  in.expert_anchor_rows = 1;  // one anchor row: k experts per layer in the whole pass
+  r.exec->Forward({&in, 1}, *r.ctx);
+  EXPECT_EQ(r.ctx->experts_used(), int64_t{hp.n_expert_used} * hp.n_layer);
+  EXPECT_GT(free_union, r.ctx->experts_used());
+  EXPECT_GT(MaxAbsDiff(free_logits, r.ctx->logits(0)), 0.0f);
+  EXPECT_EQ(st->n_past(), 15);
+  in.expert_anchor_rows = 12;  // every row an anchor: the free routing
+  r.exec->Forward({&in, 1}, *r.ctx);
+  EXPECT_EQ(MaxAbsDiff(free_logits, r.ctx->logits(0)), 0.0f);
+  in.kind = PassKind::kCausal;  // a committing pass must route exactly
+  EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
+  in.kind = PassKind::kDenoise;
+  in.expert_anchor_rows = -1;
+  EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
+}
+
 TEST(CpuExecutor, RollbackEqualsForwardingTheAcceptedPrefix) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   const Hparams& hp = r.model->hparams();

@@ -1,8 +1,10 @@
 // The CPU executor's per-layer math of qwen35moe / clover_moe (docs/model.md): Gated DeltaNet,
 // gated attention, and the routed + shared mixture of experts.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/executor.h"
 #include "backends/cpu/state.h"
@@ -306,11 +308,34 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
   // Route: softmax, top-k, renormalize; then group (token, slot) pairs by expert.
   std::fill(counts, counts + n_expert, 0);
   for (int64_t t = 0; t < T; ++t) {
-    kernels::TopKSoftmax(router + t * n_expert, n_expert, k, topk_ids + t * k, topk_w + t * k);
+    const int32_t anchor = ctx.anchor_row_[static_cast<size_t>(t)];
+    if (anchor < 0) {
+      kernels::TopKSoftmax(router + t * n_expert, n_expert, k, topk_ids + t * k, topk_w + t * k);
+    } else {
+      // Expert budget (SequenceInput::expert_anchor_rows): the experts outside the anchor rows'
+      // selection get -inf, so the softmax, top-k and renormalization run inside that set
+      // (at least k experts: one anchor row selects k distinct ones).
+      std::array<float, 1024> masked;
+      std::array<uint8_t, 1024> allowed{};
+      const int64_t n_anchor = ctx.anchor_n_[static_cast<size_t>(t)];
+      for (int64_t a = anchor; a < anchor + n_anchor; ++a) {
+        for (int j = 0; j < k; ++j) allowed[static_cast<size_t>(topk_ids[a * k + j])] = 1;
+      }
+      for (int e = 0; e < n_expert; ++e) {
+        masked[static_cast<size_t>(e)] = allowed[static_cast<size_t>(e)]
+                                             ? router[t * n_expert + e]
+                                             : -std::numeric_limits<float>::infinity();
+      }
+      kernels::TopKSoftmax(masked.data(), n_expert, k, topk_ids + t * k, topk_w + t * k);
+    }
     for (int j = 0; j < k; ++j) ++counts[topk_ids[t * k + j]];
   }
   offsets[0] = 0;
-  for (int e = 0; e < n_expert; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  for (int e = 0; e < n_expert; ++e) {
+    offsets[e + 1] = offsets[e] + counts[e];
+    ctx.mutable_counters().experts_used += counts[e] > 0;
+  }
+  ++ctx.mutable_counters().moe_layers;
   std::fill(counts, counts + n_expert, 0);
   for (int64_t t = 0; t < T; ++t) {
     for (int j = 0; j < k; ++j) {

@@ -1,0 +1,54 @@
+// Adaptive spec draft length (`--draft-max auto`, docs/decoding.md): per round, the number of
+// drafts d that maximizes expected tokens per second from the acceptance seen so far in this
+// request and the pass cost curve measured so far, with d = 0 (no draft pass, the round is one AR
+// step) when no draft length pays (../shared/parallel-decoding-notes.md section 5, Cascade).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace crossword::decode {
+
+/// Picks spec draft lengths. Acceptance model: each draft is accepted with probability a (the
+/// first rejection ends the round), so d drafts yield E(d) = 1 + a + ... + a^d tokens (the bonus
+/// included). Cost model: a pass of T rows costs c(T) (seconds): the measured mean where a pass
+/// of T rows was seen, linear between measured row counts, past them the prior shape
+/// 1 + slope x (T - 1) scaled to the nearest measured one. A round of d >= 1 drafts costs c(d + 1)
+/// twice (draft and verify), d = 0 costs c(1). The choice never changes which tokens are emitted
+/// (verification decides), only how many per round. Allocates nothing.
+class DraftControl {
+ public:
+  /// Rows of a pass the cost table keeps (longer passes use the prior shape).
+  static constexpr int kMaxRows = 64;
+  /// Prior acceptance and its weight in drafts (pseudo-observations).
+  static constexpr double kPriorAcceptance = 0.6, kPriorWeight = 2.0;
+  /// Prior relative cost of each extra row: (c(T) / c(1) - 1) / (T - 1), measured on the
+  /// embedded model (0.37 at 16 rows) and the 4-layer real-width file (0.32 at 32 rows).
+  static constexpr double kPriorSlope = 0.35;
+  /// After this many rounds in a row without drafts, one round drafts again to re-measure.
+  static constexpr int kProbeEvery = 8;
+  /// Weight of older observations per new one (exponential forgetting).
+  static constexpr double kDecay = 0.9;
+
+  /// Drafts for the next round, in [0, max_drafts].
+  int Next(int max_drafts);
+  /// A forward pass of `rows` tokens took `seconds`.
+  void OnPass(int64_t rows, double seconds);
+  /// A round with `drafted` drafts verified (the verify cut included) accepted `accepted`.
+  void OnRound(int drafted, int accepted);
+
+  /// Current acceptance estimate.
+  double acceptance() const;
+  /// Current cost estimate of a pass of `rows` rows, relative to a 1-row pass.
+  double RelativeCost(int64_t rows) const;
+  /// Expected tokens per unit of 1-row pass time with d drafts (the quantity Next maximizes).
+  double Rate(int d) const;
+
+ private:
+  double Cost(int64_t rows) const;  // in seconds, or prior units before any pass was seen
+  double hits_ = 0, trials_ = 0;    // accepted drafts, compared drafts (decayed)
+  std::array<double, kMaxRows + 1> sum_{}, n_{};  // seconds and counts per row count (decayed)
+  int no_draft_rounds_ = 0;
+};
+
+}  // namespace crossword::decode
