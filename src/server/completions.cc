@@ -454,7 +454,6 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
         };
         if (!write(writer->Head())) return gone("client gone");
         std::vector<json> lp_pending;
-        int64_t text_offset = 0;  // completions' logprobs.text_offset across chunks
         for (;;) {
           std::vector<chat::StreamDelta> got;
           std::vector<PassTrace> traces;
