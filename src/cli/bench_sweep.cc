@@ -175,7 +175,9 @@ double ReadBandwidthOf(const void* data, size_t bytes, ThreadPool& pool) {
 void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, const SweepOptions& o,
                   FILE* out, FILE* info) {
   const model::Model& m = e.model();
-  ThreadPool& pool = e.pool();
+  const model::Executor& x = e.executor();
+  // The machine figures run on a pool as wide as the executor's (idle meanwhile).
+  ThreadPool pool(x.host_threads());
   int64_t max_t = 1;
   for (int64_t t : o.rows) {
     if (t < 1) Fail("bench --sweep: rows must be >= 1 (got {})", t);
@@ -193,15 +195,16 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   model::ContextOptions co;
   co.max_tokens = std::max<int64_t>(static_cast<int64_t>(prompt.size()), max_t);
   co.max_logit_rows = max_t;
-  model::ForwardContext ctx(m, co);
+  std::unique_ptr<model::ForwardContext> ctx_owner = x.NewContext(co);
+  model::ForwardContext& ctx = *ctx_owner;
   model::StateOptions so;
   so.n_ctx = static_cast<int64_t>(prompt.size()) + max_t + 8;
   so.kv_type = GgmlType::kF16;
   so.max_record_tokens = max_t;
-  auto st = m.NewState(so);
+  auto st = x.NewState(so);
   if (!prompt.empty()) {
     model::SequenceInput in{st.get(), prompt, model::PassKind::kCausal, model::LogitRows::kNone};
-    m.Forward({&in, 1}, ctx, pool);
+    x.Forward({&in, 1}, ctx);
   }
   model::StateSnapshot snap;
   st->SaveSnapshot(snap);
@@ -249,7 +252,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
       in.record = true;
     }
     const auto t0 = Clock::now();
-    m.Forward({&in, 1}, ctx, pool);
+    x.Forward({&in, 1}, ctx);
     const double ms = 1e3 * Seconds(t0, Clock::now());
     r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
     r.head_rows = ctx.head_rows();
