@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/types.h"
 #include "model/hparams.h"
@@ -54,6 +55,14 @@ class SnapshotPayload {
   virtual ~SnapshotPayload() = default;
   /// Bytes held (host or device), for cache accounting.
   virtual size_t MemoryBytes() const = 0;
+};
+
+/// A payload in host memory: every GDN layer's conv then SSM state as floats, layer by layer (the
+/// CPU executor's form; a GPU executor may read its states back into it).
+class HostSnapshot final : public SnapshotPayload {
+ public:
+  size_t MemoryBytes() const override { return gdn.size() * sizeof(float); }
+  std::vector<float> gdn;
 };
 
 /// A sequence's recurrent state at some length n_past. The KV rows below n_past are not copied:

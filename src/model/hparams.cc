@@ -43,7 +43,7 @@ class KeyReader {
 
 int Hparams::n_recurrent() const {
   int n = 0;
-  for (bool r : recurrent) n += r;
+  for (LayerKind k : layer_kinds) n += k == LayerKind::kRecurrent;
   return n;
 }
 int Hparams::n_attention() const { return n_layer - n_recurrent(); }
@@ -124,7 +124,7 @@ Hparams ReadHparams(const gguf::File& file, const Logger& logger) {
   if (hp.head_dim > 512)
     Fail("{}: attention.key_length {} exceeds 512 (kernel limit)", path, hp.head_dim);
 
-  hp.recurrent.assign(hp.n_layer, false);
+  hp.layer_kinds.assign(hp.n_layer, LayerKind::kAttention);
   const std::string rec_key = k.Key("attention.recurrent_layers");
   if (const gguf::Value* rec = file.Find(rec_key)) {
     auto as_bool = rec->BoolArray();
@@ -135,11 +135,13 @@ Hparams ReadHparams(const gguf::File& file, const Logger& logger) {
            hp.n_layer);
     }
     for (int il = 0; il < hp.n_layer; ++il)
-      hp.recurrent[il] = as_bool ? (*as_bool)[il] : (*as_int)[il] != 0;
+      hp.layer_kinds[il] = (as_bool ? (*as_bool)[il] : (*as_int)[il] != 0) ? LayerKind::kRecurrent
+                                                                           : LayerKind::kAttention;
   } else {
     const int64_t interval = k.OptionalUint("full_attention_interval").value_or(4);
     if (interval < 1) Fail("{}: full_attention_interval must be >= 1", path);
-    for (int il = 0; il < hp.n_layer; ++il) hp.recurrent[il] = (il + 1) % interval != 0;
+    for (int il = 0; il < hp.n_layer; ++il)
+      hp.layer_kinds[il] = (il + 1) % interval != 0 ? LayerKind::kRecurrent : LayerKind::kAttention;
   }
 
   hp.n_expert = static_cast<int>(k.Positive("expert_count"));

@@ -1,5 +1,5 @@
 // Hyperparameters of a clover_moe / qwen35moe network, read and checked from GGUF metadata.
-// Key names follow llama.cpp's qwen35moe loader (../shared/qwen35moe-notes.md section 1).
+// Key names follow llama.cpp's qwen35moe loader (docs/model.md, section 1).
 #pragma once
 
 #include <array>
@@ -13,6 +13,12 @@
 
 namespace crossword::model {
 
+/// What the token mixer of a trunk layer is (docs/model.md, section 3).
+enum class LayerKind : uint8_t {
+  kAttention,  ///< gated full attention (KV cache)
+  kRecurrent,  ///< Gated DeltaNet (conv + SSM state)
+};
+
 /// Everything the forward pass needs to know about the network's shape.
 struct Hparams {
   std::string arch;  ///< "clover_moe" or "qwen35moe" (the metadata key prefix)
@@ -21,7 +27,8 @@ struct Hparams {
   int64_t n_embd = 0;
   int n_layer = 0;        ///< trunk layers = block_count - nextn_predict_layers
   int n_layer_nextn = 0;  ///< optional multi-token-prediction blocks after the trunk (ignored)
-  std::vector<bool> recurrent;  ///< per trunk layer: true = Gated DeltaNet, false = attention
+  std::vector<LayerKind> layer_kinds;  ///< per trunk layer
+  bool is_recurrent(int il) const { return layer_kinds[il] == LayerKind::kRecurrent; }
 
   // Gated attention layers.
   int n_head = 0;

@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "core/quant.h"
+#include "model/schema.h"
 
 namespace crossword::model {
 namespace {
@@ -24,9 +25,9 @@ class TensorFinder {
   TensorFinder(const gguf::File& file, const Hparams& hp) : file_(file), hp_(hp) {}
 
   /// The tensor with exactly shape `ne` (trailing 1s may be omitted by the file).
-  const gguf::TensorInfo& Get(const std::string& name, std::initializer_list<int64_t> ne) const {
+  const gguf::TensorInfo& Get(const std::string& name, std::span<const int64_t> ne) const {
     const gguf::TensorInfo* t = file_.FindTensor(name);
-    std::vector<int64_t> want(ne);
+    std::vector<int64_t> want(ne.begin(), ne.end());
     if (!t) {
       Fail(
           "{}: tensor '{}' not found (expected shape {}); the file is incomplete or not a {} model "
@@ -48,13 +49,15 @@ class TensorFinder {
   }
 
   kernels::Matrix Matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
-    const gguf::TensorInfo& t = Get(name, {n_in, n_out});
+    const int64_t ne[] = {n_in, n_out};
+    const gguf::TensorInfo& t = Get(name, ne);
     return ToMatrix(t, n_in, n_out);
   }
 
   ExpertTensor Experts(const std::string& name, int64_t n_in, int64_t n_out,
                        int64_t n_expert) const {
-    const gguf::TensorInfo& t = Get(name, {n_in, n_out, n_expert});
+    const int64_t ne[] = {n_in, n_out, n_expert};
+    const gguf::TensorInfo& t = Get(name, ne);
     ExpertTensor e;
     e.first = ToMatrix(t, n_in, n_out);
     e.expert_stride = e.first.row_bytes * static_cast<size_t>(n_out);
@@ -62,7 +65,7 @@ class TensorFinder {
     return e;
   }
 
-  std::vector<float> Vector(const std::string& name, std::initializer_list<int64_t> ne) const {
+  std::vector<float> Vector(const std::string& name, std::span<const int64_t> ne) const {
     const gguf::TensorInfo& t = Get(name, ne);
     if (!CanDequantize(t.type)) {
       Fail("{}: tensor '{}' has type {}, which cannot be converted to F32", file_.path(), name,
@@ -95,9 +98,6 @@ class TensorFinder {
   const gguf::File& file_;
   const Hparams& hp_;
 };
-
-constexpr const char* kDiffusionOnly[] = {"ssm_bd_history.weight", "ssm_bd_history.bias",
-                                          "ssm_bd_logit_scale.weight", "ssm_conv1d.weight_right"};
 
 }  // namespace
 
@@ -136,7 +136,8 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
   w.token_embd = embd->data;
   w.token_embd_type = embd->type;
   w.token_embd_row_bytes = static_cast<size_t>(*RowBytes(embd->type, hp.n_embd));
-  w.output_norm = f.Vector("output_norm.weight", {hp.n_embd});
+  const int64_t embd_shape[] = {hp.n_embd};
+  w.output_norm = f.Vector("output_norm.weight", embd_shape);
   if (file.FindTensor("output.weight")) {
     w.output = f.Matrix("output.weight", hp.n_embd, hp.n_vocab);
   } else {
@@ -147,47 +148,35 @@ Weights LoadWeights(const gguf::File& file, Hparams& hp, const Logger& logger) {
 
   w.layout.shared_count_missing = !hp.expert_shared_count_present && hp.arch == "clover_moe";
   bool any_positive_a = false;
-  const int64_t qkv_rows = hp.conv_dim();
   w.layers.resize(hp.n_layer);
   for (int il = 0; il < hp.n_layer; ++il) {
     LayerWeights& L = w.layers[il];
-    const std::string p = "blk." + std::to_string(il) + ".";
-    L.recurrent = hp.recurrent[il];
-    L.attn_norm = f.Vector(p + "attn_norm.weight", {hp.n_embd});
-    L.post_attention_norm = f.Vector(p + "post_attention_norm.weight", {hp.n_embd});
-    if (L.recurrent) {
-      L.attn_qkv = f.Matrix(p + "attn_qkv.weight", hp.n_embd, qkv_rows);
-      L.attn_gate = f.Matrix(p + "attn_gate.weight", hp.n_embd, hp.ssm_d_inner);
-      L.ssm_beta = f.Matrix(p + "ssm_beta.weight", hp.n_embd, hp.ssm_n_v_heads);
-      L.ssm_alpha = f.Matrix(p + "ssm_alpha.weight", hp.n_embd, hp.ssm_n_v_heads);
-      L.ssm_out = f.Matrix(p + "ssm_out.weight", hp.ssm_d_inner, hp.n_embd);
-      L.ssm_dt_bias = f.Vector(p + "ssm_dt.bias", {hp.ssm_n_v_heads});
-      L.ssm_a = f.Vector(p + "ssm_a", {hp.ssm_n_v_heads});
-      L.ssm_conv1d = f.Vector(p + "ssm_conv1d.weight", {hp.ssm_d_conv, qkv_rows});
-      L.ssm_norm = f.Vector(p + "ssm_norm.weight", {hp.ssm_d_state});
-      for (float a : L.ssm_a) any_positive_a |= a > 0.0f;
-      for (const char* extra : kDiffusionOnly)
-        w.layout.n_diffusion_tensors += file.FindTensor(p + extra) != nullptr;
-    } else {
-      const int64_t q_rows = static_cast<int64_t>(hp.n_head) * hp.head_dim;
-      const int64_t kv_rows = static_cast<int64_t>(hp.n_head_kv) * hp.head_dim;
-      L.attn_q = f.Matrix(p + "attn_q.weight", hp.n_embd, 2 * q_rows);
-      L.attn_k = f.Matrix(p + "attn_k.weight", hp.n_embd, kv_rows);
-      L.attn_v = f.Matrix(p + "attn_v.weight", hp.n_embd, kv_rows);
-      L.attn_output = f.Matrix(p + "attn_output.weight", q_rows, hp.n_embd);
-      L.attn_q_norm = f.Vector(p + "attn_q_norm.weight", {hp.head_dim});
-      L.attn_k_norm = f.Vector(p + "attn_k_norm.weight", {hp.head_dim});
+    L.kind = hp.layer_kinds[il];
+    for (const TensorSpec& spec : Qwen35MoeSchema()) {
+      if (!spec.InLayer(L.kind)) continue;
+      const std::string name = spec.FullName(il);
+      if (spec.presence == Presence::kDiffusionOnly) {
+        w.layout.n_diffusion_tensors += file.FindTensor(name) != nullptr;
+        continue;
+      }
+      if (spec.presence == Presence::kSharedExpert && hp.n_expert_shared == 0) continue;
+      const std::vector<int64_t> ne = spec.Shape(hp);
+      switch (spec.storage) {
+        case Storage::kMatrix:
+          L.*spec.matrix = f.Matrix(name, ne[0], ne[1]);
+          break;
+        case Storage::kExperts:
+          L.*spec.experts = f.Experts(name, ne[0], ne[1], ne[2]);
+          break;
+        case Storage::kVector:
+          L.*spec.vector = f.Vector(name, ne);
+          break;
+        case Storage::kRows:
+        case Storage::kUnused:
+          break;
+      }
     }
-    L.ffn_gate_inp = f.Matrix(p + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert);
-    L.ffn_gate_exps = f.Experts(p + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
-    L.ffn_up_exps = f.Experts(p + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
-    L.ffn_down_exps = f.Experts(p + "ffn_down_exps.weight", hp.n_ff_exp, hp.n_embd, hp.n_expert);
-    if (hp.n_expert_shared > 0) {
-      L.ffn_gate_inp_shexp = f.Vector(p + "ffn_gate_inp_shexp.weight", {hp.n_embd});
-      L.ffn_gate_shexp = f.Matrix(p + "ffn_gate_shexp.weight", hp.n_embd, hp.n_ff_shexp);
-      L.ffn_up_shexp = f.Matrix(p + "ffn_up_shexp.weight", hp.n_embd, hp.n_ff_shexp);
-      L.ffn_down_shexp = f.Matrix(p + "ffn_down_shexp.weight", hp.n_ff_shexp, hp.n_embd);
-    }
+    for (float a : L.ssm_a) any_positive_a |= a > 0.0f;
   }
 
   // Quirk 3: the fork stores raw A_log. Its other marks (diffusion tensors, missing key) say so;

@@ -16,7 +16,8 @@
 namespace crossword::model {
 
 /// Which of the three known differences between DiffuSpace's official Clover GGUF ("fork layout")
-/// and the layout upstream llama.cpp expects are present (../shared/clover-facts.md).
+/// and the layout upstream llama.cpp expects are present (docs/model.md, "Official Clover file
+/// quirks").
 struct LayoutReport {
   bool shared_count_missing = false;  ///< 1: `<arch>.expert_shared_count` absent
   int n_diffusion_tensors =
@@ -44,12 +45,14 @@ struct ExpertTensor {
 };
 
 /// One trunk layer. Small vectors are owned F32 copies; matrices point into the GGUF mapping.
+/// Names, shapes and which kind holds what: model/schema.h (the one table).
 struct LayerWeights {
-  bool recurrent = false;
+  LayerKind kind = LayerKind::kAttention;
+  bool is_recurrent() const { return kind == LayerKind::kRecurrent; }
   std::vector<float> attn_norm;            ///< {n_embd}, holds (1 + w) already
   std::vector<float> post_attention_norm;  ///< {n_embd}
 
-  // Gated attention (recurrent == false).
+  // Gated attention (kind kAttention).
   kernels::Matrix attn_q;          ///< {n_embd, n_head * head_dim * 2}: per head [q | gate]
   kernels::Matrix attn_k;          ///< {n_embd, n_head_kv * head_dim}
   kernels::Matrix attn_v;          ///< {n_embd, n_head_kv * head_dim}
@@ -57,7 +60,7 @@ struct LayerWeights {
   std::vector<float> attn_q_norm;  ///< {head_dim}
   std::vector<float> attn_k_norm;  ///< {head_dim}
 
-  // Gated DeltaNet (recurrent == true).
+  // Gated DeltaNet (kind kRecurrent).
   kernels::Matrix
       attn_qkv;  ///< {n_embd, conv_dim}: [q (k-heads) | k (k-heads) | v (v-heads, tiled)]
   kernels::Matrix attn_gate;       ///< {n_embd, d_inner}: z

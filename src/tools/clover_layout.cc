@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/quant.h"
+#include "model/schema.h"
 
 namespace crossword::tools {
 
@@ -35,11 +36,9 @@ std::string_view LayerSuffix(std::string_view name) {
 }  // namespace
 
 bool IsDiffusionTensor(std::string_view name) {
-  const std::string_view suffix = LayerSuffix(name);
-  for (std::string_view s : kDiffusionTensorSuffixes) {
-    if (suffix == s) return true;
-  }
-  return false;
+  int layer = -1;
+  const model::TensorSpec* spec = model::FindTensorSpec(name, &layer);
+  return spec && spec->presence == model::Presence::kDiffusionOnly;
 }
 
 bool IsSsmA(std::string_view name) { return LayerSuffix(name) == "ssm_a"; }

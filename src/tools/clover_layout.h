@@ -13,15 +13,10 @@
 
 namespace crossword::tools {
 
-/// The four diffusion-only tensors the fork writes in every GDN layer N (as `blk.N.<suffix>`).
-inline constexpr std::array<std::string_view, 4> kDiffusionTensorSuffixes = {
-    "ssm_bd_history.weight", "ssm_bd_history.bias", "ssm_bd_logit_scale.weight",
-    "ssm_conv1d.weight_right"};
-
 /// `<arch>.expert_shared_count`: missing in the official files, required upstream (value 1).
 std::string SharedExpertCountKey(std::string_view arch);
 
-/// True if `name` is one of the diffusion-only tensors (`blk.N.` + a kDiffusionTensorSuffixes).
+/// True if `name` is one of the diffusion-only tensors (model/schema.h, Presence::kDiffusionOnly).
 bool IsDiffusionTensor(std::string_view name);
 
 /// True for a GDN decay tensor `blk.N.ssm_a` (no `.weight` suffix).

@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "model/schema.h"
 #include "tools/clover_layout.h"
 
 namespace crossword::tools {
@@ -113,8 +114,13 @@ json InspectJson(const gguf::File& file) {
       L = {
           {"index", il}, {"kind", "other"}, {"experts", 0}, {"bytes", 0}, {"diffusion_tensors", 0}};
     L["bytes"] = L["bytes"].get<uint64_t>() + t.nbytes;
-    if (IsSsmA(t.name) || t.name.ends_with(".ssm_out.weight")) L["kind"] = "gdn";
-    if (t.name.ends_with(".attn_q.weight") && L["kind"] == "other") L["kind"] = "attention";
+    // The layer kind from the tensor schema: a tensor only GDN (attention) layers hold.
+    int spec_layer = -1;
+    if (const model::TensorSpec* spec = model::FindTensorSpec(t.name, &spec_layer)) {
+      if (spec->scope == model::TensorScope::kRecurrent) L["kind"] = "gdn";
+      if (spec->scope == model::TensorScope::kAttention && L["kind"] == "other")
+        L["kind"] = "attention";
+    }
     if (t.name.ends_with(".ffn_gate_exps.weight") || t.name.ends_with(".ffn_gate_up_exps.weight"))
       L["experts"] = t.ne[2];
     if (IsDiffusionTensor(t.name)) L["diffusion_tensors"] = L["diffusion_tensors"].get<int>() + 1;

@@ -17,6 +17,7 @@
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
+#include "model/schema.h"
 #include "tools/chat_template.h"
 #include "tools/clover_layout.h"
 #include "tools/synth_vocab.h"
@@ -318,62 +319,62 @@ SynthDims PresetDims(const std::string& preset) {
   Fail("--preset '{}' is not known: use clover-35b-a3b or tiny", preset);
 }
 
+model::Hparams SynthHparams(const SynthDims& d) {
+  model::Hparams hp;
+  hp.n_embd = d.n_embd;
+  hp.n_vocab = d.n_vocab;
+  hp.n_layer = static_cast<int>(d.n_layer);
+  hp.n_head = static_cast<int>(d.n_head);
+  hp.n_head_kv = static_cast<int>(d.n_head_kv);
+  hp.head_dim = d.head_dim;
+  hp.ssm_d_conv = static_cast<int>(d.ssm_conv_kernel);
+  hp.ssm_d_state = d.ssm_state;
+  hp.ssm_n_k_heads = static_cast<int>(d.ssm_groups);
+  hp.ssm_n_v_heads = static_cast<int>(d.ssm_dt_rank);
+  hp.ssm_d_inner = d.ssm_inner();
+  hp.n_expert = static_cast<int>(d.n_expert);
+  hp.n_expert_used = static_cast<int>(d.n_expert_used);
+  hp.n_ff_exp = d.n_ff_exp;
+  hp.n_ff_shexp = d.n_ff_shexp;
+  hp.n_expert_shared = 1;
+  for (int64_t il = 0; il < d.n_layer; ++il) {
+    hp.layer_kinds.push_back(d.is_recurrent(il) ? model::LayerKind::kRecurrent
+                                                : model::LayerKind::kAttention);
+  }
+  return hp;
+}
+
 std::vector<SynthTensor> PlanSynthTensors(const SynthDims& d, const SynthOptions& o) {
   CheckOptions(o);
   const std::string layout = ResolvedLayout(o);
-  int64_t n_attn = 0;
-  for (int64_t il = 0; il < d.n_layer; ++il) n_attn += d.is_recurrent(il) ? 0 : 1;
-  const TypeContext ctx{ParseFtype(o.type), d.n_layer, n_attn};
+  const model::Hparams hp = SynthHparams(d);
+  const TypeContext ctx{ParseFtype(o.type), d.n_layer, hp.n_attention()};
   int64_t attn_v_seen = 0;
   std::vector<SynthTensor> out;
   auto add = [&](std::string name, std::vector<int64_t> ne) {
     const GgmlType t = ChooseType(name, ne, ctx, &attn_v_seen);
     out.push_back({std::move(name), std::move(ne), t});
   };
-  const int64_t E = d.n_embd;
-  add("token_embd.weight", {E, d.n_vocab});
-  for (int64_t il = 0; il < d.n_layer; ++il) {
-    const std::string p = fmt::format("blk.{}.", il);
-    add(p + "attn_norm.weight", {E});
-    if (d.is_recurrent(il)) {
-      add(p + "attn_qkv.weight", {E, d.conv_dim()});
-      add(p + "attn_gate.weight", {E, d.ssm_inner()});
-      add(p + "ssm_conv1d.weight", {d.ssm_conv_kernel, d.conv_dim()});
-      add(p + "ssm_dt.bias", {d.ssm_dt_rank});
-      add(p + "ssm_a", {d.ssm_dt_rank});
-      add(p + "ssm_beta.weight", {E, d.ssm_dt_rank});
-      add(p + "ssm_alpha.weight", {E, d.ssm_dt_rank});
-      add(p + "ssm_norm.weight", {d.ssm_state});
-      add(p + "ssm_out.weight", {d.ssm_inner(), E});
-      if (layout == "official") {
-        // Shapes of the fork's diffusion tensors are unpublished; these are small stand-ins
-        // (see docs/gguf.md): a per-value-head history gate, its bias, a per-head logit scale,
-        // and a right-looking twin of the causal convolution.
-        add(p + "ssm_bd_history.weight", {E, d.ssm_dt_rank});
-        add(p + "ssm_bd_history.bias", {d.ssm_dt_rank});
-        add(p + "ssm_bd_logit_scale.weight", {d.ssm_dt_rank});
-        add(p + "ssm_conv1d.weight_right", {d.ssm_conv_kernel, d.conv_dim()});
-      }
-    } else {
-      add(p + "attn_q.weight", {E, 2 * d.n_head * d.head_dim});
-      add(p + "attn_k.weight", {E, d.n_head_kv * d.head_dim});
-      add(p + "attn_v.weight", {E, d.n_head_kv * d.head_dim});
-      add(p + "attn_output.weight", {d.n_head * d.head_dim, E});
-      add(p + "attn_q_norm.weight", {d.head_dim});
-      add(p + "attn_k_norm.weight", {d.head_dim});
+  // The schema's order: the globals before the first per-layer tensor, every layer, the rest.
+  const std::span<const model::TensorSpec> schema = model::Qwen35MoeSchema();
+  bool layers_done = false;
+  for (const model::TensorSpec& spec : schema) {
+    if (spec.scope == model::TensorScope::kGlobal) {
+      add(spec.FullName(-1), spec.Shape(hp));
+      continue;
     }
-    add(p + "post_attention_norm.weight", {E});
-    add(p + "ffn_gate_inp.weight", {E, d.n_expert});
-    add(p + "ffn_gate_exps.weight", {E, d.n_ff_exp, d.n_expert});
-    add(p + "ffn_up_exps.weight", {E, d.n_ff_exp, d.n_expert});
-    add(p + "ffn_down_exps.weight", {d.n_ff_exp, E, d.n_expert});
-    add(p + "ffn_gate_inp_shexp.weight", {E});
-    add(p + "ffn_gate_shexp.weight", {E, d.n_ff_shexp});
-    add(p + "ffn_up_shexp.weight", {E, d.n_ff_shexp});
-    add(p + "ffn_down_shexp.weight", {d.n_ff_shexp, E});
+    if (layers_done) continue;
+    layers_done = true;
+    for (int il = 0; il < hp.n_layer; ++il) {
+      for (const model::TensorSpec& t : schema) {
+        if (!t.InLayer(hp.layer_kinds[il])) continue;
+        // The fork's diffusion-only tensors: their shapes are unpublished; the schema's are
+        // small stand-ins (docs/gguf.md).
+        if (t.presence == model::Presence::kDiffusionOnly && layout != "official") continue;
+        add(t.FullName(il), t.Shape(hp));
+      }
+    }
   }
-  add("output_norm.weight", {E});
-  add("output.weight", {E, d.n_vocab});
   return out;
 }
 

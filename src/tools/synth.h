@@ -10,10 +10,11 @@
 
 #include "base/log.h"
 #include "core/types.h"
+#include "model/hparams.h"
 
 namespace crossword::tools {
 
-/// Hyperparameters of a synthesized model (names as in qwen35moe-notes.md section 1).
+/// Hyperparameters of a synthesized model (SynthHparams gives them in model::Hparams terms).
 struct SynthDims {
   int64_t n_embd = 0;
   int64_t n_layer = 0;
@@ -73,7 +74,10 @@ struct SynthTensor {
   GgmlType type;
 };
 
-/// The tensors a synth run writes, in file order (exposed for tests and size estimates).
+/// `dims` as the loader's hyperparameters (one shared expert), for the tensor schema.
+model::Hparams SynthHparams(const SynthDims& dims);
+
+/// The tensors a synth run writes, in file order (model/schema.h's table order) (exposed for tests and size estimates).
 /// Throws crossword::Error on bad options.
 std::vector<SynthTensor> PlanSynthTensors(const SynthDims& dims, const SynthOptions& options);
 

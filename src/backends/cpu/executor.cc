@@ -42,7 +42,7 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
   }
   int n_rec = 0, n_att = 0;
   for (int il = 0; il < hp_.n_layer; ++il)
-    layer_slot_.push_back(hp_.recurrent[il] ? n_rec++ : n_att++);
+    layer_slot_.push_back(hp_.is_recurrent(il) ? n_rec++ : n_att++);
   // Every activation format some matrix needs, so contexts reserve exactly those.
   auto add = [&](const kernels::Matrix& mat) {
     if (!mat.data) return;
@@ -224,7 +224,7 @@ void CpuExecutor::Forward(std::span<const SequenceInput> seqs, model::ForwardCon
     for (int64_t t = 0; t < total; ++t)
       kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
     emit("attn_norm", il, h, total, E);
-    if (L.recurrent) {
+    if (L.is_recurrent()) {
       GdnLayer(il, layer_slot_[il], seqs, sp, ctx);
       emit("gdn_out", il, cur, total, E);
     } else {

@@ -99,7 +99,7 @@ TEST(NamedIntermediates, EveryTensorOfTheSpecIsReportedInPassOrder) {
   for (int il = 0; il < hp.n_layer; ++il) {
     const RecordedTensor& mixer = rec.tensors()[1 + 6 * il + 1];
     EXPECT_EQ(mixer.layer, il);
-    EXPECT_EQ(mixer.name, hp.recurrent[il] ? "gdn_out" : "attn_out");
+    EXPECT_EQ(mixer.name, hp.is_recurrent(il) ? "gdn_out" : "attn_out");
   }
   const RecordedTensor& logits = rec.tensors()[6 * hp.n_layer + 2];
   EXPECT_EQ(logits.name, "result_output");

@@ -9,16 +9,8 @@
 #include "kernels/kernels.h"
 
 namespace crossword::backends::cpu {
-namespace {
 
-/// The CPU snapshot: every GDN layer's conv then ssm state, layer by layer.
-class HostSnapshot final : public model::SnapshotPayload {
- public:
-  size_t MemoryBytes() const override { return gdn.size() * sizeof(float); }
-  std::vector<float> gdn;
-};
-
-}  // namespace
+using model::HostSnapshot;
 
 CpuState::CpuState(const model::Executor& executor, const model::Hparams& hp,
                    const model::StateOptions& options, ThreadPool& pool)

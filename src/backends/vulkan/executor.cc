@@ -161,7 +161,7 @@ VulkanExecutor::VulkanExecutor(Device& device, std::shared_ptr<const model::Mode
         have / kGiB);
   }
   for (int il = 0, n_rec = 0, n_att = 0; il < hp.n_layer; ++il)
-    layer_slot_.push_back(hp.recurrent[il] ? n_rec++ : n_att++);
+    layer_slot_.push_back(hp.is_recurrent(il) ? n_rec++ : n_att++);
   weights_pool_ = std::make_unique<MemoryPool>(device_, MemoryKind::kDevice);
   scratch_pool_ = std::make_unique<MemoryPool>(device_, MemoryKind::kDevice);
   host_pool_ = std::make_unique<MemoryPool>(device_, MemoryKind::kHost, uint64_t{16} << 20);
@@ -260,10 +260,10 @@ void VulkanExecutor::Upload() {
     const model::LayerWeights& L = w.layers[static_cast<size_t>(il)];
     Layer& d = layers_[static_cast<size_t>(il)];
     const std::string p = "blk." + std::to_string(il) + ".";
-    d.recurrent = L.recurrent;
+    d.recurrent = L.is_recurrent();
     d.attn_norm = vec(L.attn_norm, p + "attn_norm.weight");
     d.post_attention_norm = vec(L.post_attention_norm, p + "post_attention_norm.weight");
-    if (L.recurrent) {
+    if (L.is_recurrent()) {
       d.attn_qkv = mat(L.attn_qkv, p + "attn_qkv.weight");
       d.attn_gate = mat(L.attn_gate, p + "attn_gate.weight");
       d.ssm_beta = mat(L.ssm_beta, p + "ssm_beta.weight");
