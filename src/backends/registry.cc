@@ -16,6 +16,7 @@
 
 #include <cstdio>
 
+#include "backends/split.h"
 #include "backends/vulkan/device.h"
 #include "backends/vulkan/executor.h"
 #endif
@@ -82,12 +83,6 @@ std::unique_ptr<model::Executor> CreateVulkan(std::shared_ptr<const model::Model
     options.logger.Info("-ngl 0: every layer runs on the CPU");
     return CreateCpu(std::move(model), options);
   }
-  if (options.n_gpu_layers > 0 && options.n_gpu_layers < n_layer) {
-    Fail(
-        "-ngl {}: splitting the {} layers between the GPU and the CPU is not implemented yet; use "
-        "-ngl {} or -1 (all layers on the GPU), -ngl 0 or --device cpu",
-        options.n_gpu_layers, n_layer, n_layer);
-  }
   vulkan::DeviceOptions d;
   d.allow_cpu = true;  // --device vulkan asked for it: lavapipe too (auto picks discrete GPUs)
   d.logger = options.logger;
@@ -99,6 +94,17 @@ std::unique_ptr<model::Executor> CreateVulkan(std::shared_ptr<const model::Model
                    static_cast<unsigned long long>(done >> 20),
                    static_cast<unsigned long long>(total >> 20), done == total ? "\n" : "");
     };
+  }
+  if (options.n_gpu_layers > 0 && options.n_gpu_layers < n_layer) {
+    // -ngl N: layers [0, N) on the device, the rest and the head on the CPU.
+    e.n_layers = options.n_gpu_layers;
+    std::unique_ptr<vulkan::VulkanExecutor> gpu = vulkan::VulkanExecutor::Open(model, d, e);
+    cpu::CpuOptions c;
+    c.threads = options.threads;
+    c.repack = options.repack;
+    c.logger = options.logger;
+    auto host = std::make_unique<cpu::CpuExecutor>(model, c);
+    return std::make_unique<SplitExecutor>(std::move(model), std::move(gpu), std::move(host));
   }
   return vulkan::VulkanExecutor::Open(std::move(model), d, e);
 }

@@ -178,8 +178,22 @@ void CpuExecutor::EmbedTokens(std::span<const SequenceInput> seqs, CpuContext& c
   }
 }
 
-void CpuExecutor::Forward(std::span<const SequenceInput> seqs, model::ForwardContext& base_ctx,
+void CpuExecutor::Forward(std::span<const SequenceInput> seqs, model::ForwardContext& ctx,
                           model::ForwardObserver* observer) const {
+  Run(seqs, ctx, observer, 0, nullptr);
+}
+
+void CpuExecutor::ForwardFrom(int first_layer, const float* residual,
+                              std::span<const SequenceInput> seqs,
+                              model::ForwardContext& ctx) const {
+  Check(first_layer >= 0 && first_layer <= hp_.n_layer && residual != nullptr,
+        "ForwardFrom: layer {} outside [0, {}] or no hidden state", first_layer, hp_.n_layer);
+  Run(seqs, ctx, nullptr, first_layer, residual);
+}
+
+void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext& base_ctx,
+                      model::ForwardObserver* observer, int first_layer,
+                      const float* residual) const {
   // Validate everything before any state changes (the executor check makes the casts safe).
   model::ValidateBatch(*this, seqs, base_ctx);
   CpuContext& ctx = static_cast<CpuContext&>(base_ctx);
@@ -214,12 +228,16 @@ void CpuExecutor::Forward(std::span<const SequenceInput> seqs, model::ForwardCon
     if (observer && observer->Wants(name, layer))
       observer->OnTensor(model::TensorView{name, layer, rows, cols, data});
   };
-  EmbedTokens(seqs, ctx);
+  if (residual) {
+    std::memcpy(ctx.F(ctx.at_.residual), residual, sizeof(float) * total * hp_.n_embd);
+  } else {
+    EmbedTokens(seqs, ctx);
+  }
   float* x = ctx.F(ctx.at_.residual);
   float* h = ctx.F(ctx.at_.normed);
   float* cur = ctx.F(ctx.at_.block_out);
   emit("inp_embd", -1, x, total, E);
-  for (int il = 0; il < hp_.n_layer; ++il) {
+  for (int il = first_layer; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
     for (int64_t t = 0; t < total; ++t)
       kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);

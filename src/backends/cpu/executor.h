@@ -106,6 +106,13 @@ class CpuExecutor final : public model::Executor {
   void Forward(std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx,
                model::ForwardObserver* observer = nullptr) const override;
 
+  /// Forward from a hidden state: trunk layers [first_layer, n_layer) and the output head run on
+  /// `residual` ([batch tokens][n_embd]: the residual stream after layer first_layer - 1, from
+  /// a device that ran the layers below) instead of the embedding. The CPU half of a split
+  /// (-ngl) executor; the same checks, state updates and logits as Forward.
+  void ForwardFrom(int first_layer, const float* residual,
+                   std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx) const;
+
   /// The weights this executor multiplies: the model's, plus tile-layout copies when repacked.
   const model::Weights& weights() const { return w_; }
   /// Whether the Q8_0/Q4_0 matrices have their tile-layout copy.
@@ -120,6 +127,8 @@ class CpuExecutor final : public model::Executor {
     int64_t T = 0;
     int64_t n_past = 0;
   };
+  void Run(std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx,
+           model::ForwardObserver* observer, int first_layer, const float* residual) const;
   void EmbedTokens(std::span<const model::SequenceInput> seqs, CpuContext& ctx) const;
   void GdnLayer(int il, int recurrent_index, std::span<const model::SequenceInput> seqs,
                 std::span<const SeqSpan> spans, CpuContext& ctx) const;

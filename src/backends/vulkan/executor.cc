@@ -110,9 +110,14 @@ DeviceFootprint VulkanExecutor::Footprint(const model::Model& model,
   const model::Weights& w = model.weights();
   const Hparams& hp = model.hparams();
   DeviceFootprint f;
-  f.weights = static_cast<uint64_t>(hp.n_vocab) * w.token_embd_row_bytes + VecBytes(w.output_norm);
-  if (w.output.data != w.token_embd) f.weights += MatrixBytes(w.output);
-  for (const model::LayerWeights& L : w.layers) {
+  const int n = options.n_layers < 0 ? hp.n_layer : std::min(options.n_layers, hp.n_layer);
+  f.weights = static_cast<uint64_t>(hp.n_vocab) * w.token_embd_row_bytes;
+  if (n == hp.n_layer) {  // the head runs here (a split's runs on the CPU)
+    f.weights += VecBytes(w.output_norm);
+    if (w.output.data != w.token_embd) f.weights += MatrixBytes(w.output);
+  }
+  for (int il = 0; il < n; ++il) {
+    const model::LayerWeights& L = w.layers[static_cast<size_t>(il)];
     for (const kernels::Matrix* m : L.DenseMatrices()) f.weights += MatrixBytes(*m);
     for (const model::ExpertTensor* e : L.ExpertStacks()) f.weights += StackBytes(*e);
     for (const std::vector<float>* v :
@@ -160,6 +165,7 @@ VulkanExecutor::VulkanExecutor(Device& device, std::shared_ptr<const model::Mode
         need.total() / kGiB, need.weights / kGiB, need.scratch / kGiB, device.info().name,
         have / kGiB);
   }
+  n_layers_ = options.n_layers < 0 ? hp.n_layer : std::min(options.n_layers, hp.n_layer);
   for (int il = 0, n_rec = 0, n_att = 0; il < hp.n_layer; ++il)
     layer_slot_.push_back(hp.is_recurrent(il) ? n_rec++ : n_att++);
   weights_pool_ = std::make_unique<MemoryPool>(device_, MemoryKind::kDevice);
@@ -172,6 +178,8 @@ VulkanExecutor::VulkanExecutor(Device& device, std::shared_ptr<const model::Mode
   Scratch& s = *s_;
   s.ids = host_pool_->Allocate(sz.host_ids, "token ids of a pass");
   s.logits = host_pool_->Allocate(sz.host_logits, "logits of a pass");
+  s.hidden = host_pool_->Allocate(static_cast<uint64_t>(options.max_tokens) * hp.n_embd * 4,
+                                  "hidden state of a split pass");
   BufferView* dev[] = {&s.x,         &s.h,        &s.cur,    &s.qkv,   &s.conv, &s.z,
                        &s.o,         &s.b,        &s.a,      &s.g,     &s.beta, &s.conv_state,
                        &s.ssm_state, &s.qg,       &s.kk,     &s.vv,    &s.ao,   &s.attn,
@@ -248,15 +256,15 @@ void VulkanExecutor::Upload() {
   token_embd_ =
       std::make_unique<DeviceMatrix>(DeviceMatrix::Of(w.token_embd_type, hp.n_embd, hp.n_vocab));
   place(*token_embd_, w.token_embd, "token_embd.weight");
-  if (w.output.data == w.token_embd) {
-    output_matrix_ = token_embd_.get();
+  if (w.output.data == w.token_embd || n_layers_ < hp.n_layer) {
+    output_matrix_ = token_embd_.get();  // tied, or unused (a split's head runs on the CPU)
   } else {
     output_ = std::make_unique<DeviceMatrix>(mat(w.output, "output.weight"));
     output_matrix_ = output_.get();
   }
   output_norm_ = vec(w.output_norm, "output_norm.weight");
   layers_.resize(static_cast<size_t>(hp.n_layer));
-  for (int il = 0; il < hp.n_layer; ++il) {
+  for (int il = 0; il < n_layers_; ++il) {
     const model::LayerWeights& L = w.layers[static_cast<size_t>(il)];
     Layer& d = layers_[static_cast<size_t>(il)];
     const std::string p = "blk." + std::to_string(il) + ".";
@@ -522,6 +530,9 @@ void VulkanExecutor::RunChunk(DeviceState& st, std::span<const int32_t> tokens, 
 void VulkanExecutor::Forward(std::span<const model::SequenceInput> seqs,
                              model::ForwardContext& ctx_base,
                              model::ForwardObserver* observer) const {
+  Check(n_layers_ == hparams().n_layer,
+        "vulkan: this executor runs {} of {} layers (a split); use the split executor", n_layers_,
+        hparams().n_layer);
   model::ValidateBatch(*this, seqs, ctx_base);
   Check(observer == nullptr,
         "vulkan: forward observers (named intermediates) are not supported by this executor yet; "
@@ -551,6 +562,23 @@ void VulkanExecutor::Forward(std::span<const model::SequenceInput> seqs,
     }
     ctx.seq_logit_count_[s] = row - ctx.seq_logit_offset_[s];
   }
+}
+
+void VulkanExecutor::ForwardHidden(model::SequenceState& st_base, std::span<const int32_t> tokens,
+                                   PassKind kind, bool record, float* hidden) const {
+  auto* st = dynamic_cast<DeviceState*>(&st_base);
+  Check(st != nullptr && &st->exec_ == this,
+        "vulkan: ForwardHidden with a state of another executor");
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  Check(T >= 1 && T <= options_.max_tokens && st->n_past() + T <= st->n_ctx() &&
+            (!record || T <= st->max_record_tokens()),
+        "vulkan: ForwardHidden of {} tokens at {} (pass size {}, n_ctx {})", T, st->n_past(),
+        options_.max_tokens, st->n_ctx());
+  for (int32_t t : tokens) {
+    Check(t >= 0 && t < hparams().n_vocab, "forward: token id {} is outside the vocabulary", t);
+  }
+  RunChunk(*st, tokens, kind, LogitRows::kNone, record, nullptr);
+  std::memcpy(hidden, s_->hidden.host, sizeof(float) * static_cast<size_t>(T * hparams().n_embd));
 }
 
 }  // namespace crossword::vulkan

@@ -44,6 +44,10 @@ struct ExecutorOptions {
   /// ssm_a -0.5, the rest 0 or 0.1), so a model of any size runs from a sparse file
   /// (gguf synth --sparse). 0: off (weights from the file).
   uint32_t generate_weights_seed = 0;
+  /// Trunk layers on the device (-1: all). Fewer: only layers [0, n_layers) are uploaded and
+  /// run, Forward is refused, and ForwardHidden hands the residual stream to the CPU executor
+  /// (the split executor of -ngl N, src/backends/split.h).
+  int n_layers = -1;
 };
 
 /// Device memory a model needs (bytes), computed before anything is allocated.
@@ -155,6 +159,14 @@ class VulkanExecutor final : public model::Executor {
   void Forward(std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx,
                model::ForwardObserver* observer = nullptr) const override;
 
+  /// Split executors: runs layers [0, n_layers) over `tokens` (at most max_tokens) on `st` and
+  /// writes the residual stream after them to `hidden` ([T][n_embd] floats). Commits a causal
+  /// pass to `st` as Forward does. Throws crossword::Error as Forward.
+  void ForwardHidden(model::SequenceState& st, std::span<const int32_t> tokens,
+                     model::PassKind kind, bool record, float* hidden) const;
+  /// Trunk layers this executor runs.
+  int n_layers() const { return n_layers_; }
+
   Device& device() const { return device_; }
   const ExecutorOptions& options() const { return options_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
@@ -191,6 +203,7 @@ class VulkanExecutor final : public model::Executor {
   BufferView output_norm_;
   std::unique_ptr<Scratch> s_;
   std::vector<int> layer_slot_;  // il -> index among recurrent or attention layers
+  int n_layers_ = 0;             // trunk layers on the device
   uint64_t weight_bytes_ = 0;
   mutable int last_dispatches_ = 0, last_barriers_ = 0;
 };

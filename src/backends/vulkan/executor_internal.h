@@ -54,6 +54,7 @@ struct VulkanExecutor::Scratch {
   BufferView xq0, xqk;               // int8 activations, Q8_0 and Q8_K formats
   BufferView outh;                   // [R][n_embd]: final-normed rows
   BufferView logits;                 // host-visible [R][n_vocab]
+  BufferView hidden;  // host-visible [T][n_embd]: the residual stream handed to the CPU (split)
 };
 
 }  // namespace crossword::vulkan

@@ -74,7 +74,7 @@ void VulkanExecutor::RecordPass(CommandList& cl, DeviceState& st, int64_t T, Pas
   const Scratch& s = *s_;
   const int64_t E = hp.n_embd;
   GetRows(cl, *token_embd_, s.ids, T, s.x, E);
-  for (int il = 0; il < hp.n_layer; ++il) {
+  for (int il = 0; il < n_layers_; ++il) {
     const Layer& L = layers_[static_cast<size_t>(il)];
     RmsNormArgs n;
     n.mode = il == 0 ? RmsNormArgs::kPlain : RmsNormArgs::kAdd;  // x += previous layer's MoE
@@ -98,6 +98,12 @@ void VulkanExecutor::RecordPass(CommandList& cl, DeviceState& st, int64_t T, Pas
     n.w = L.post_attention_norm;
     RmsNorm(cl, n);
     RecordMoe(cl, il, T);
+  }
+  if (n_layers_ < hp.n_layer) {  // a split: the residual stream goes to the CPU's layers
+    const uint64_t bytes = static_cast<uint64_t>(T * E) * 4;
+    if (n_layers_ > 0) Add(cl, s.x, s.cur, s.x, T * E);
+    cl.Copy(s.x.Sub(0, bytes), s.hidden.Sub(0, bytes));
+    return;
   }
   // Output: x += the last MoE output on the rows that get logits, final norm, head.
   const int64_t first = rows == LogitRows::kAll ? 0 : T - 1;
