@@ -12,6 +12,8 @@
 #        CONC="1,2,4,8" (steps at CONC_INPUT prompt tokens)  CONC_INPUT=128
 #        LADDER="512,2048" (context ladder: prompt tokens at concurrency 1)
 #        LLAMA_CACHE=DIR (llama.cpp clone + build, see bench/build_llama_server.sh)
+#        LLAMA_SERVER=BIN (an existing llama-server instead of the build)
+#        CROSSWORD=BIN (an existing crossword binary instead of BUILD_DIR's, not rebuilt)
 #        MAX_LOAD=2.5 (warn above this 1-minute load average)  GUARD=0.5 (bench serve's load guard)
 set -euo pipefail
 build=${1:-build}
@@ -30,9 +32,13 @@ max_load=${MAX_LOAD:-2.5}
 guard=${GUARD:-0.5}
 py=/usr/bin/python3
 
-cw="$build/src/cli/crossword"
-cmake --build "$build" --target crossword -j2 >/dev/null
-ls=$("$repo/bench/build_llama_server.sh" "$build")
+if [[ -n ${CROSSWORD:-} ]]; then
+  cw=$CROSSWORD
+else
+  cw="$build/src/cli/crossword"
+  cmake --build "$build" --target crossword -j2 >/dev/null
+fi
+ls=${LLAMA_SERVER:-$("$repo/bench/build_llama_server.sh" "$build")}
 model=${MODEL:-$build/bench-cache/models/synth4-Q8_0-qwen35moe.gguf}
 if [[ ! -f $model ]]; then
   mkdir -p "$(dirname "$model")"
@@ -54,7 +60,8 @@ echo "vs_llama_server: crossword $cw; llama-server $ls; model $model; results in
 # every request from bench serve. Each server gets a fresh process per step (--spawn).
 cw_cmd="$cw serve -m $model --port {port} --host 127.0.0.1 -np $slots -c $ctx -t $threads --log-level warn"
 ls_cmd="$ls -m $model --port {port} --host 127.0.0.1 -np $slots -c $ctx -t $threads -tb $threads --no-webui"
-common=(--dataset bible --num-prompts "$num" --output-len "$out_len" --warmup 1 --runs 1
+# --no-known-answer: the synthesized file has random weights (no question has a known answer).
+common=(--no-known-answer --dataset bible --num-prompts "$num" --output-len "$out_len" --warmup 1 --runs 1
         --guard-max-other "$guard" --percentiles 50,90,99)
 
 for i in $(seq 1 "$reps"); do

@@ -63,6 +63,7 @@ for s in steps:
     assert s["median"]["output_throughput"] == r["output_throughput"], s
     assert s["server_pid_found"] and s["server_peak_rss_mib"] > 0, s
     assert r["guard"][0]["busy"] is False, r
+    assert s["known_answer"]["checked"] and "paris" in s["known_answer"]["answer"].lower(), s
 chat = json.load(open(f"{work}/chat.json"))
 r = chat["steps"][0]["runs"][0]
 assert r["completed"] == 3 and r["total_output_tokens"] == 18, r
@@ -72,6 +73,27 @@ s = spawn["steps"][0]
 assert s["runs"][0]["completed"] == 2 and s["server_peak_rss_mib"] > 1, s
 assert "{port}" not in s["server_command"] and s["server_ready_s"] > 0, s
 print("serve_bench_cli: ok", [round(x["median"]["output_throughput"], 1) for x in steps])
+PY
+
+# The known-answer guard: the embedded model answered (above, recorded in the result); a
+# random-weight synthesized file does not, so no speeds unless --no-known-answer says so.
+"$cw" gguf synth --preset tiny --type Q8_0 -o "$work/synth.gguf" >/dev/null 2>&1
+synth_spawn="$cw serve -m $work/synth.gguf --port {port} -np 1 -t 1"
+if "$cw" bench serve --spawn "$synth_spawn" --spawn-log "$work/synth.log" --input-len 8 \
+  --num-prompts 1 --output-len 2 --warmup 0 --guard-max-other -1 >"$work/synth.out" 2>&1; then
+  echo "FAIL: the known-answer guard let a random-weight model through"; exit 1
+fi
+grep -q "known-answer guard: asked" "$work/synth.out" || { echo "FAIL: no guard message"; cat "$work/synth.out"; exit 1; }
+"$cw" bench serve --spawn "$synth_spawn" --spawn-log "$work/synth.log" --input-len 8 \
+  --num-prompts 1 --output-len 2 --warmup 0 --guard-max-other -1 --no-known-answer \
+  --result-file "$work/synth.json" >/dev/null
+$py - "$work" <<'PY'
+import json, sys
+r = json.load(open(f"{sys.argv[1]}/synth.json"))
+assert r["contract"]["known_answer_check"] is False, r["contract"]
+s = r["steps"][0]
+assert s["known_answer"]["checked"] is False and "no-known-answer" in s["known_answer"]["note"], s
+assert s["runs"][0]["completed"] == 1, s
 PY
 
 fail=0

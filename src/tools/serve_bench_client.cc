@@ -90,6 +90,23 @@ std::string Detokenize(const Target& t, const std::vector<int32_t>& ids) {
   return j["content"].get<std::string>();
 }
 
+std::string AskChat(const Target& t, const std::string& question, int max_tokens) {
+  json body = {{"messages", json::array({{{"role", "user"}, {"content", question}}})},
+               {"max_tokens", max_tokens},
+               {"temperature", 0},
+               {"stream", false}};
+  if (!t.model.empty()) body["model"] = t.model;
+  const json j = PostJson(t, "/v1/chat/completions", body);
+  std::string answer;
+  if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
+    const json& m = j["choices"][0].value("message", json::object());
+    for (const char* k : {"reasoning_content", "content"}) {
+      if (m.contains(k) && m[k].is_string()) answer += m[k].get<std::string>() + " ";
+    }
+  }
+  return answer;
+}
+
 std::string DatasetText(const std::string& dataset, size_t max_chars, uint64_t seed) {
   std::string text;
   if (dataset == "random") {

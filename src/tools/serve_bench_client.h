@@ -44,6 +44,10 @@ std::vector<int32_t> Tokenize(const Target& t, const std::string& text);
 /// POST /detokenize {"tokens": ids} -> text.
 std::string Detokenize(const Target& t, const std::vector<int32_t>& ids);
 
+/// POST /v1/chat/completions with one user `question`, greedy, non-streamed, at most `max_tokens`:
+/// the answer's content and reasoning_content joined. Throws crossword::Error on failure.
+std::string AskChat(const Target& t, const std::string& question, int max_tokens);
+
 /// Text of a dataset: "random" (seeded synthesized words), "bible" (bible-kjv's `bible` program,
 /// the whole King James text), "fortunes" (fortunes-min's cookies), or "file:PATH". At most
 /// `max_chars` characters. Throws crossword::Error when the source is missing.

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +47,8 @@ struct Flags {
   uint64_t seed = 0;
   std::string goodput, percentiles = "50,90,95,99", result_file, label, output = "md";
   std::string extra_body, model_file;
+  std::string known_answer = "What is the capital of France?=>Paris";
+  bool no_known_answer = false;
   double guard_max_other = 0.5;
   int guard_retries = 2;
   double spawn_timeout = 600, timeout = 600;
@@ -251,7 +254,8 @@ void PrintRun(const Metrics& m, const std::vector<double>& pcts, const std::stri
     std::printf("%-40s %s\n", k.c_str(), v.c_str());
   };
   auto f2 = [](double v) { return fmt::format("{:.2f}", v); };
-  std::printf("%s\n", fmt::format("{:=^50}", " " + title + " ").c_str());
+  std::printf("%s\n%s\n", fmt::format("{:=^50}", " Serving Benchmark Result ").c_str(),
+              title.c_str());
   row("Successful requests:", std::to_string(m.completed));
   row("Failed requests:", std::to_string(m.failed));
   row("Maximum request concurrency:", std::to_string(m.peak_concurrency));
@@ -289,6 +293,38 @@ void Progress(const std::string& what, int64_t done, int64_t total) {
   if (done == total) std::fprintf(stderr, "\n");
 }
 
+// The known-answer guard: a model that answers a known question wrong (a broken build, a
+// random-weight file) still has a tokens/s figure; refuse to print it unless overridden.
+json CheckKnownAnswer(const Target& target, const Flags& f) {
+  if (f.no_known_answer) {
+    return {{"checked", false},
+            {"note", "--no-known-answer: speeds of a model whose answers were not checked"}};
+  }
+  const size_t sep = f.known_answer.find("=>");
+  Check(sep != std::string::npos && sep > 0 && sep + 2 < f.known_answer.size(),
+        "--known-answer: '{}' is not QUESTION=>ANSWER", f.known_answer);
+  const std::string question = f.known_answer.substr(0, sep);
+  const std::string expected = f.known_answer.substr(sep + 2);
+  std::string answer;
+  try {
+    answer = AskChat(target, question, 64);
+  } catch (const Error& e) {
+    Fail("known-answer guard: asked \"{}\" and got no answer ({}); --no-known-answer overrides",
+         question, e.what());
+  }
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const bool ok = lower(answer).find(lower(expected)) != std::string::npos;
+  Check(ok,
+        "known-answer guard: asked \"{}\", expected \"{}\" in the answer, got \"{}\"; no speeds "
+        "for a model that answers wrong (--no-known-answer overrides, e.g. for random-weight "
+        "files, and says so in the result)",
+        question, expected, answer.substr(0, 200));
+  return {{"checked", true}, {"question", question}, {"expected", expected}, {"answer", answer}};
+}
+
 void Run(const Flags& f) {
   Check(f.url.empty() != f.spawn.empty(), "bench serve: give exactly one of --url and --spawn");
   Check(f.warmup >= 0 && f.runs >= 1, "--warmup must be >= 0 and --runs >= 1");
@@ -322,6 +358,7 @@ void Run(const Flags& f) {
                    {"spawn", f.spawn},
                    {"endpoint", f.endpoint},
                    {"dataset", f.dataset},
+                   {"known_answer_check", !f.no_known_answer},
                    {"machine", MachineJson()},
                    {"loadavg_start", LoadAverage1("/proc")}};
   if (!f.model_file.empty()) {
@@ -371,6 +408,7 @@ void Run(const Flags& f) {
           step["server_command"] = server->command();
           step["server_ready_s"] = server->load_s();
         }
+        step["known_answer"] = CheckKnownAnswer(target, f);
         if (corpus.empty()) {
           // Enough text for every prompt of the longest length (~4 characters per token).
           const size_t chars =
@@ -526,6 +564,12 @@ void RegisterBenchServeCommand(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--guard-retries", f->guard_retries, "load guard: repeats per run at most")
       ->capture_default_str();
+  cmd->add_option("--known-answer", f->known_answer,
+                  "QUESTION=>ANSWER asked (chat, greedy) before each step: a server whose answer "
+                  "lacks ANSWER gets no speeds")
+      ->capture_default_str();
+  cmd->add_flag("--no-known-answer", f->no_known_answer,
+                "skip the known-answer guard (random-weight files); the result says so");
   cmd->add_option("--result-file", f->result_file, "write the JSON result here");
   cmd->add_option("--label", f->label, "free text stored in the result");
   cmd->add_option("-o,--output", f->output, "md (vLLM-style report) or json (the result)")
