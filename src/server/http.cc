@@ -77,6 +77,26 @@ std::string StatusLine(int status) {
          "\r\n";
 }
 
+// %XX decoded (as cpp-httplib did for paths; a bad escape stays as it is).
+std::string PercentDecode(std::string_view in) {
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '%' && i + 2 < in.size() && hex(in[i + 1]) >= 0 && hex(in[i + 2]) >= 0) {
+      out += static_cast<char>(hex(in[i + 1]) * 16 + hex(in[i + 2]));
+      i += 2;
+    } else {
+      out += in[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string Request::get_header_value(std::string_view name) const {
@@ -265,7 +285,7 @@ struct HttpServer::Conn : std::enable_shared_from_this<Conn> {
       r.target = Str(m.target());
       r.version = m.version();
       const size_t q = r.target.find('?');
-      r.path = r.target.substr(0, q);
+      r.path = PercentDecode(std::string_view(r.target).substr(0, q));
       if (q != std::string::npos) r.query = r.target.substr(q + 1);
       for (const auto& f : m) r.headers.emplace_back(Str(f.name_string()), Str(f.value()));
     }

@@ -33,7 +33,7 @@ namespace crossword::server::http {
 struct Request {
   std::string method;  ///< "GET", "POST", ...
   std::string target;  ///< as sent: path and query
-  std::string path;    ///< target before '?' (not percent-decoded)
+  std::string path;    ///< target before '?', percent-decoded
   std::string query;   ///< target after '?' ("" when none)
   int version = 11;    ///< 10 (HTTP/1.0) or 11
   std::vector<std::pair<std::string, std::string>> headers;
