@@ -77,8 +77,8 @@ struct SynthTensor {
 /// `dims` as the loader's hyperparameters (one shared expert), for the tensor schema.
 model::Hparams SynthHparams(const SynthDims& dims);
 
-/// The tensors a synth run writes, in file order (model/schema.h's table order) (exposed for tests and size estimates).
-/// Throws crossword::Error on bad options.
+/// The tensors a synth run writes, in file order (model/schema.h's table order) (exposed for tests
+/// and size estimates). Throws crossword::Error on bad options.
 std::vector<SynthTensor> PlanSynthTensors(const SynthDims& dims, const SynthOptions& options);
 
 /// What a run produced.
