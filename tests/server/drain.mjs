@@ -10,7 +10,7 @@ const ask = (i, max_tokens) => ({
 });
 
 /// A streamed chat request: resolves to {events, done, finish, tokens, firstAt}; `onFirst` fires at
-/// the first content delta.
+/// the first content delta (and may fire again later).
 async function stream(base, body, onFirst = () => {}) {
   const r = await fetch(base + "/v1/chat/completions", {
     method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
@@ -37,7 +37,9 @@ async function stream(base, body, onFirst = () => {}) {
         if (j.error) out.error = j.error;
         if (j.usage) out.tokens = j.usage.completion_tokens;
         for (const c of j.choices ?? []) {
-          if (c.delta?.content && out.events.length <= 3) onFirst();
+          // Several events can arrive in one read on a loaded machine: fire at the first content
+          // delta whatever its index (calling it again is harmless: a promise resolves once).
+          if (c.delta?.content) onFirst();
           if (c.finish_reason) out.finish = c.finish_reason;
         }
       }
