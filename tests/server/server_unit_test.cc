@@ -349,6 +349,9 @@ engine::SchedulerOptions Options(int slots) {
   o.n_slots = slots;
   o.n_ctx = 1024;
   o.cache.interval = 16;
+  // Room for every checkpoint of the follow-up test's three prompts (each also keeps one before
+  // its last token since issue 23), so none of the first prompt's is evicted.
+  o.cache.max_checkpoints = 16;
   return o;
 }
 
@@ -485,6 +488,24 @@ TEST(Scheduler, ReportsPrefillProgressOfLongPrompts) {
   }
   // The scheduler prefills all but the last prompt token (the generation's first step takes it).
   EXPECT_EQ(calls.back().done, static_cast<int64_t>(prompt.size()) - 1);
+}
+
+TEST(Scheduler, AnIdenticalShortPromptReRunsOnlyItsLastToken) {
+  // Shorter than the checkpoint interval and without a chat turn: before issue 23's fix nothing
+  // of it was reused (no checkpoint fell inside it and the live state holds the answer too).
+  engine::Scheduler s(TheEngine(), Options(1));
+  Runner run(s);
+  const auto p = Params(decode::Mode::kAr, 10);
+  const std::vector<int32_t> a = TheEngine().tokenizer().Encode("a lighthouse in the storm", false);
+  ASSERT_LT(a.size(), 16u);
+  Result r1, r2;
+  run.Submit(a, p, &r1);
+  run.Wait({&r1});
+  run.Submit(a, p, &r2);
+  run.Wait({&r2});
+  EXPECT_EQ(r2.outcome.cached_tokens, static_cast<int64_t>(a.size()) - 1);
+  EXPECT_EQ(r2.tokens, r1.tokens);
+  EXPECT_EQ(r2.tokens, Alone(a, p));
 }
 
 TEST(Scheduler, CancellingAQueuedRequestLeavesTheRunningOneAlone) {
