@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <ctime>
@@ -25,7 +26,7 @@ namespace {
 struct ServeFlags {
   ServerOptions o;
   std::string kv_type = "f16", log_level = "info", reasoning_format = "deepseek", kwargs;
-  std::string chat_template, chat_template_file;
+  std::string chat_template, chat_template_file, api_key_file;
   std::string metrics_compat = "none";
   bool no_mmap = false, mlock = false, no_repack = false, list_devices = false;
   int reasoning_budget = -1;
@@ -80,6 +81,15 @@ void Serve(ServeFlags& f) {
           "not supported; use --chat-template-file)",
           f.chat_template);
     o.engine.chat_template = f.chat_template;
+  }
+  if (!f.api_key_file.empty()) {
+    std::istringstream lines(ReadTextFile(f.api_key_file, "--api-key-file"));
+    for (std::string line; std::getline(lines, line);) {
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+        line.pop_back();
+      if (!line.empty()) o.api_keys.push_back(line);
+    }
+    Check(!o.api_keys.empty(), "--api-key-file '{}' holds no key", f.api_key_file);
   }
   Check(f.reasoning_budget == -1 || f.reasoning_budget == 0,
         "--reasoning-budget supports -1 (unrestricted) or 0 (thinking off), got {}",
@@ -182,8 +192,27 @@ void RegisterServerCommands(CLI::App& app) {
                   "total context over all slots, split evenly (0: 4096 per slot)")
       ->capture_default_str();
   cmd->add_option("-a,--alias", o.alias, "model name in responses and /v1/models");
-  cmd->add_option("--api-key", o.api_key,
-                  "require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option_function<std::string>(
+      "--api-key",
+      [&o](const std::string& v) {
+        std::stringstream keys(v);
+        for (std::string k; std::getline(keys, k, ',');) {
+          if (!k.empty()) o.api_keys.push_back(k);
+        }
+      },
+      "require 'Authorization: Bearer KEY' on every route but /health (several: comma-separated)");
+  cmd->add_option("--api-key-file", f->api_key_file, "file of API keys, one a line");
+  cmd->add_option("--cors-origins", o.cors.origins,
+                  "origins allowed by CORS, comma-separated; '*': any; 'localhost': a localhost "
+                  "origin is reflected")
+      ->capture_default_str();
+  cmd->add_option("--cors-methods", o.cors.methods, "methods a CORS preflight allows")
+      ->capture_default_str();
+  cmd->add_option("--cors-headers", o.cors.headers, "headers a CORS preflight allows")
+      ->capture_default_str();
+  cmd->add_flag("--cors-credentials,!--no-cors-credentials", o.cors.credentials,
+                "allow credentials in CORS requests")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o.engine.threads, "compute threads (default: all cores)");
   cmd->add_option("-b,--batch-size", o.batch_tokens, "tokens per forward pass over all slots")
       ->capture_default_str();

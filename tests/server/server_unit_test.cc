@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "server/api.h"
+#include "server/cors.h"
 #include "server/output.h"
 #include "tools/synth.h"
 
@@ -488,6 +489,40 @@ TEST(Scheduler, ReportsPrefillProgressOfLongPrompts) {
   }
   // The scheduler prefills all but the last prompt token (the generation's first step takes it).
   EXPECT_EQ(calls.back().done, static_cast<int64_t>(prompt.size()) - 1);
+}
+
+// ---- CORS --------------------------------------------------------------------------------------
+
+TEST(Cors, LocalhostOriginsAreRecognizedWithOrWithoutSchemeAndPort) {
+  for (const char* o : {"localhost", "http://localhost", "http://localhost:8080",
+                        "https://127.0.0.1", "http://[::1]:3000", "http://localhost/"}) {
+    EXPECT_TRUE(OriginIsLocalhost(o)) << o;
+  }
+  for (const char* o :
+       {"", "http://localhost.evil.example", "http://evil.example/localhost", "http://127.0.0.2",
+        "http://[::2]", "http://localhost:80x", "http://user@localhost"}) {
+    EXPECT_FALSE(OriginIsLocalhost(o)) << o;
+  }
+}
+
+TEST(Cors, AllowedOriginFollowsTheFlags) {
+  ServerOptions::Cors c;  // localhost by default
+  EXPECT_EQ(AllowedOrigin(c, "http://localhost:5173"), "http://localhost:5173");
+  EXPECT_EQ(AllowedOrigin(c, "https://evil.example"), "");
+  EXPECT_EQ(AllowedOrigin(c, ""), "");
+  c.origins = "*";
+  EXPECT_EQ(AllowedOrigin(c, "https://a.example"), "https://a.example");  // credentials: reflect
+  EXPECT_EQ(AllowedOrigin(c, ""), "*");
+  c.credentials = false;
+  EXPECT_EQ(AllowedOrigin(c, "https://a.example"), "*");
+  c.origins = "https://a.example, https://b.example";
+  EXPECT_EQ(AllowedOrigin(c, "https://b.example"), "https://b.example");
+  EXPECT_EQ(AllowedOrigin(c, "https://b.example.evil"), "");
+  const auto h = CorsHeaders(c, "https://a.example", /*preflight=*/true);
+  ASSERT_EQ(h.size(), 5u);  // origin, Vary, credentials, methods, headers
+  EXPECT_EQ(h[0].second, "https://a.example");
+  EXPECT_EQ(h[2].second, "false");
+  EXPECT_EQ(CorsHeaders(c, "https://z.example", /*preflight=*/false).size(), 0u);
 }
 
 TEST(Scheduler, AnIdenticalShortPromptReRunsOnlyItsLastToken) {
