@@ -50,7 +50,14 @@ std::unique_ptr<Engine> Engine::Load(const EngineOptions& options) {
   e->executor_ = backends::CreateExecutor(e->model_, xo);
   e->tokenizer_ =
       std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::FromGguf(e->model_->file()));
-  if (auto src = e->model_->file().GetString("tokenizer.chat_template")) {
+  if (!options.chat_template.empty()) {
+    try {
+      e->template_ = std::make_unique<chat::Template>(chat::Template::Parse(options.chat_template));
+    } catch (const chat::TemplateError& err) {
+      Fail("the chat template given (--chat-template / --chat-template-file) does not parse: {}",
+           err.what());
+    }
+  } else if (auto src = e->model_->file().GetString("tokenizer.chat_template")) {
     e->template_ = std::make_unique<chat::Template>(chat::Template::Parse(*src));
   }
   for (int32_t id = 0; id < e->tokenizer_->n_vocab(); ++id) {
@@ -140,12 +147,27 @@ void Protect(nlohmann::ordered_json& root, const std::vector<std::string>& contr
 Engine::ChatPrompt Engine::EncodeChat(const nlohmann::ordered_json& messages,
                                       const nlohmann::ordered_json& tools,
                                       const nlohmann::ordered_json& kwargs,
-                                      bool add_generation_prompt) const {
+                                      bool add_generation_prompt, bool continue_final) const {
   std::vector<std::string> saved;
   nlohmann::ordered_json m = messages, t = tools;
   Protect(m, control_texts_, saved);
   Protect(t, control_texts_, saved);
-  const std::string rendered = RenderChat(m, t, kwargs, add_generation_prompt);
+  // Continuing the final message: a mark after its text shows where the prompt must end (the
+  // template's end of turn after it is cut off). Private-use characters, as Protect's marks.
+  constexpr std::string_view kEnd = "\xEE\x80\x82\xEE\x80\x82";
+  if (continue_final) {
+    Check(!m.empty() && m.back().contains("content") && m.back()["content"].is_string() &&
+              !m.back()["content"].get_ref<const std::string&>().empty(),
+          "the final message has no text to continue");
+    m.back()["content"] = m.back()["content"].get<std::string>() + std::string(kEnd);
+  }
+  std::string rendered = RenderChat(m, t, kwargs, add_generation_prompt && !continue_final);
+  if (continue_final) {
+    const size_t end = rendered.rfind(kEnd);
+    Check(end != std::string::npos,
+          "the chat template leaves out the final message's text: it cannot be continued");
+    rendered.resize(end);
+  }
   ChatPrompt p;
   size_t pos = 0;
   while (pos < rendered.size()) {

@@ -35,6 +35,9 @@ struct EngineOptions {
   std::string device = "auto";  ///< --device: executor by registry name (backends/registry.h)
   int n_gpu_layers = -1;        ///< -ngl / --n-gpu-layers: layers on the GPU (-1: all)
   Logger logger;
+  /// Jinja chat template text used instead of the file's tokenizer.chat_template (serve's
+  /// --chat-template / --chat-template-file); empty: the file's.
+  std::string chat_template;
 };
 
 /// The bytes of the model embedded into this binary at build time (models/clover-tiny.gguf),
@@ -78,9 +81,12 @@ class Engine {
     std::vector<int32_t> tokens;
     bool think_open = false;  ///< the prompt ends inside an open <think> block
   };
+  /// `continue_final`: the prompt ends right after the final message's content (no end of turn),
+  /// so the answer continues it (assistant prefill); needs add_generation_prompt false and a
+  /// final message with text. Throws crossword::Error when the template drops that text.
   ChatPrompt EncodeChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                        const nlohmann::ordered_json& kwargs,
-                        bool add_generation_prompt = true) const;
+                        const nlohmann::ordered_json& kwargs, bool add_generation_prompt = true,
+                        bool continue_final = false) const;
   /// Whether `tokens` leave a <think> block open (last <think> after the last </think>).
   bool ThinkOpen(std::span<const int32_t> tokens) const;
 

@@ -79,6 +79,9 @@ std::vector<int64_t> PromptCache::PlanCheckpoints(std::span<const int32_t> promp
       }
     }
   }
+  // Just before the last token (where prefill hands over to the generation anyway): the same
+  // prompt sent again re-runs only its last token, however short it is and whatever it holds.
+  if (n >= 2 && n - 1 > from) out.push_back(n - 1);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

@@ -52,8 +52,9 @@ class PromptCache {
   int64_t Resume(std::span<const int32_t> prompt, model::SequenceState& state);
 
   /// Positions in (from, prompt.size()) where the caller should stop prefilling and call
-  /// AddCheckpoint: every `interval` tokens (widened for long prompts) and just before the last
-  /// turn start. Ascending.
+  /// AddCheckpoint: every `interval` tokens (widened for long prompts), just before the last
+  /// turn start and just before the last token (so an identical prompt re-runs one token).
+  /// Ascending.
   std::vector<int64_t> PlanCheckpoints(std::span<const int32_t> prompt, int64_t from) const;
 
   /// Stores a checkpoint of `state` at its current length (replacing one at the same position),

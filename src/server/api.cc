@@ -562,6 +562,24 @@ ChatRequest ParseChatRequest(const json& body, const RequestDefaults& defaults) 
   }
   if (const json* v = Field(body, "parallel_tool_calls"))
     r.parallel_tool_calls = Bool(*v, "parallel_tool_calls");
+  {
+    const json* cont = Field(body, "continue_final_message");
+    const json* gen = Field(body, "add_generation_prompt");
+    const bool cont_on = cont && Bool(*cont, "continue_final_message");
+    if (gen) r.add_generation_prompt = Bool(*gen, "add_generation_prompt");
+    if (cont_on && gen && r.add_generation_prompt) {
+      BadRequest("continue_final_message",
+                 "continue_final_message and add_generation_prompt cannot both be true");
+    }
+    const bool last_is_assistant = r.messages.back()["role"] == "assistant";
+    if (cont_on && !last_is_assistant) {
+      BadRequest("continue_final_message",
+                 "continue_final_message needs a final assistant message to continue");
+    }
+    // llama-server continues a final assistant message unless a new turn is asked for.
+    r.continue_final = cont_on || (last_is_assistant && !gen && !(cont && !cont_on));
+    if (r.continue_final) r.add_generation_prompt = false;
+  }
   r.reasoning_format = defaults.reasoning_format;
   if (const json* v = Field(body, "reasoning_format")) {
     r.reasoning_format = ParseReasoningFormat(String(*v, "reasoning_format"), "reasoning_format");

@@ -106,6 +106,11 @@ struct ChatRequest : GenerationRequest {
   std::string tool_name;  ///< kNamed: the function to call
   bool parallel_tool_calls = true;
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;
+  /// The prompt ends inside the final (assistant) message, which the answer continues:
+  /// `continue_final_message` (vLLM), or a final assistant message without
+  /// `add_generation_prompt: true` (llama-server's assistant prefill).
+  bool continue_final = false;
+  bool add_generation_prompt = true;  ///< false: the template's own ending, no new turn
 };
 
 /// A validated /v1/completions request (one prompt).

@@ -95,12 +95,17 @@ void Server::Impl::HandleApplyTemplate(const http::Request& req, http::Response&
   const ChatRequest r = ParseChatRequest(ParseBody(req.body), defaults);
   engine::Engine::ChatPrompt cp;
   try {
-    cp = engine->EncodeChat(r.messages,
-                            r.tool_choice == ToolChoice::kNone ? json::array() : r.tools, r.kwargs);
+    cp =
+        engine->EncodeChat(r.messages, r.tool_choice == ToolChoice::kNone ? json::array() : r.tools,
+                           r.kwargs, r.add_generation_prompt, r.continue_final);
   } catch (const chat::TemplateException& e) {
     BadRequest("messages", e.what());
   } catch (const chat::TemplateError& e) {
     BadRequest("messages", std::string("the chat template failed on these messages: ") + e.what());
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    BadRequest("continue_final_message", e.what());
   }
   res.set_content(Dump({{"prompt", cp.text}, {"tokens", cp.tokens}, {"think_open", cp.think_open}}),
                   "application/json");
@@ -129,12 +134,16 @@ GenerationJob Server::Impl::ChatJob(ChatRequest r) {
   }
   engine::Engine::ChatPrompt cp;
   try {
-    cp = engine->EncodeChat(r.messages, tools, r.kwargs);
+    cp = engine->EncodeChat(r.messages, tools, r.kwargs, r.add_generation_prompt, r.continue_final);
   } catch (const chat::TemplateException& e) {
     BadRequest("messages",
                e.what());  // the template's own message, e.g. "No user query found in messages."
   } catch (const chat::TemplateError& e) {
     BadRequest("messages", std::string("the chat template failed on these messages: ") + e.what());
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    BadRequest("continue_final_message", e.what());  // nothing to continue
   }
   GenerationJob job;
   job.prompt_param = "messages";

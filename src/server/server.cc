@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "server/cors.h"
 #include "server/server_impl.h"
 #include "tokenizer/utf8.h"
 
@@ -109,10 +110,25 @@ http::Limits TransportLimits(const ServerOptions& o) {
 void Server::Impl::Setup() {
   transport.SetPreRouting([this](const http::Request& req, http::Response& res) {
     ++http_requests;
+    const bool preflight = req.method == "OPTIONS";
+    for (auto& [name, value] :
+         CorsHeaders(options.cors, req.get_header_value("Origin"), preflight)) {
+      res.set_header(name, value);
+    }
+    // A browser sends no Authorization on a preflight: it is answered before the key check.
+    if (preflight) {  // 200 with an empty body, as llama-server
+      res.status = 200;
+      return true;
+    }
     // Unknown paths are authenticated as OpenAI routes (a 401 before a 404 reveals nothing).
     const auto spec_it = route_specs.find(req.path);
     const RouteSpec spec = spec_it != route_specs.end() ? spec_it->second : RouteSpec{};
-    if (options.api_key.empty() || spec.open) return false;
+    if (options.api_keys.empty() || spec.open) return false;
+    auto known = [this](const std::string& given) {
+      bool ok = false;
+      for (const std::string& key : options.api_keys) ok = SameSecret(given, key) || ok;
+      return ok;
+    };
     const std::string auth = req.get_header_value("Authorization");
     // RFC 9110 section 11.1: the scheme is case-insensitive ("bearer", "BEARER").
     constexpr std::string_view kBearer = "bearer ";
@@ -120,11 +136,11 @@ void Server::Impl::Setup() {
         auth.size() >= kBearer.size() &&
         std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
                    [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
-    if (is_bearer && SameSecret(auth.substr(kBearer.size()), options.api_key)) {
+    if (is_bearer && known(auth.substr(kBearer.size()))) {
       return false;
     }
     const std::string x_key = spec.x_api_key ? req.get_header_value("x-api-key") : "";
-    if (!x_key.empty() && SameSecret(x_key, options.api_key)) {
+    if (!x_key.empty() && known(x_key)) {
       return false;
     }
     const bool none = auth.empty() && x_key.empty();

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "engine/scheduler.h"
@@ -26,7 +27,18 @@ struct ServerOptions {
   GgmlType kv_type = GgmlType::kF16;
   int64_t batch_tokens = 512;  ///< -b: tokens per forward pass over all slots
   std::string alias;           ///< model id in responses (default: the file name's stem)
-  std::string api_key;  ///< non-empty: every route but /health needs `Authorization: Bearer KEY`
+  /// Non-empty: every route but /health (and CORS preflights) needs `Authorization: Bearer KEY`
+  /// (Anthropic routes also `x-api-key: KEY`) with one of these keys.
+  std::vector<std::string> api_keys;
+  /// CORS (llama-server's --cors-* flags): which origins get Access-Control-Allow-Origin.
+  struct Cors {
+    /// Comma-separated origins; "*": any (reflected when credentials are allowed, as
+    /// llama-server); "localhost": an Origin on localhost / 127.0.0.1 / [::1] is reflected.
+    std::string origins = "localhost";
+    std::string methods = "GET, POST, DELETE, OPTIONS";
+    std::string headers = "*";
+    bool credentials = true;
+  } cors;
   bool log_prompts = false;          ///< log prompt and answer text (off: only sizes and timings)
   size_t max_body_bytes = 8u << 20;  ///< larger request bodies get 413 (any encoding)
   double header_timeout_s = 10;      ///< a request's header must arrive within this (else 408)

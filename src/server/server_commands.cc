@@ -5,10 +5,13 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <ctime>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,11 +26,20 @@ namespace {
 struct ServeFlags {
   ServerOptions o;
   std::string kv_type = "f16", log_level = "info", reasoning_format = "deepseek", kwargs;
+  std::string chat_template, chat_template_file, api_key_file;
   std::string metrics_compat = "none";
   bool no_mmap = false, mlock = false, no_repack = false, list_devices = false;
   int reasoning_budget = -1;
   double drain_timeout = 20;  ///< seconds SIGTERM waits for requests in flight
 };
+
+std::string ReadTextFile(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail("{}: cannot read '{}'", flag, path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 void Serve(ServeFlags& f) {
   ServerOptions o = f.o;
@@ -56,6 +68,28 @@ void Serve(ServeFlags& f) {
     Check(o.chat_template_kwargs.is_object(),
           "--chat-template-kwargs must be a JSON object, e.g. "
           "'{{\"enable_thinking\": false}}'");
+  }
+  Check(f.chat_template.empty() || f.chat_template_file.empty(),
+        "give one of --chat-template and --chat-template-file");
+  if (!f.chat_template_file.empty()) {
+    o.engine.chat_template = ReadTextFile(f.chat_template_file, "--chat-template-file");
+  } else if (!f.chat_template.empty()) {
+    // llama.cpp also takes built-in template names (chatml, llama3, ...); crossword has none.
+    Check(f.chat_template.find("{%") != std::string::npos ||
+              f.chat_template.find("{{") != std::string::npos,
+          "--chat-template takes Jinja template text (built-in template names such as '{}' are "
+          "not supported; use --chat-template-file)",
+          f.chat_template);
+    o.engine.chat_template = f.chat_template;
+  }
+  if (!f.api_key_file.empty()) {
+    std::istringstream lines(ReadTextFile(f.api_key_file, "--api-key-file"));
+    for (std::string line; std::getline(lines, line);) {
+      while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+        line.pop_back();
+      if (!line.empty()) o.api_keys.push_back(line);
+    }
+    Check(!o.api_keys.empty(), "--api-key-file '{}' holds no key", f.api_key_file);
   }
   Check(f.reasoning_budget == -1 || f.reasoning_budget == 0,
         "--reasoning-budget supports -1 (unrestricted) or 0 (thinking off), got {}",
@@ -158,8 +192,27 @@ void RegisterServerCommands(CLI::App& app) {
                   "total context over all slots, split evenly (0: 4096 per slot)")
       ->capture_default_str();
   cmd->add_option("-a,--alias", o.alias, "model name in responses and /v1/models");
-  cmd->add_option("--api-key", o.api_key,
-                  "require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option_function<std::string>(
+      "--api-key",
+      [&o](const std::string& v) {
+        std::stringstream keys(v);
+        for (std::string k; std::getline(keys, k, ',');) {
+          if (!k.empty()) o.api_keys.push_back(k);
+        }
+      },
+      "require 'Authorization: Bearer KEY' on every route but /health (several: comma-separated)");
+  cmd->add_option("--api-key-file", f->api_key_file, "file of API keys, one a line");
+  cmd->add_option("--cors-origins", o.cors.origins,
+                  "origins allowed by CORS, comma-separated; '*': any; 'localhost': a localhost "
+                  "origin is reflected")
+      ->capture_default_str();
+  cmd->add_option("--cors-methods", o.cors.methods, "methods a CORS preflight allows")
+      ->capture_default_str();
+  cmd->add_option("--cors-headers", o.cors.headers, "headers a CORS preflight allows")
+      ->capture_default_str();
+  cmd->add_flag("--cors-credentials,!--no-cors-credentials", o.cors.credentials,
+                "allow credentials in CORS requests")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o.engine.threads, "compute threads (default: all cores)");
   cmd->add_option("-b,--batch-size", o.batch_tokens, "tokens per forward pass over all slots")
       ->capture_default_str();
@@ -217,6 +270,10 @@ void RegisterServerCommands(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--chat-template-kwargs", f->kwargs,
                   "default chat_template_kwargs as JSON, e.g. '{\"enable_thinking\": false}'");
+  cmd->add_option("--chat-template", f->chat_template,
+                  "Jinja chat template text used instead of the model's");
+  cmd->add_option("--chat-template-file", f->chat_template_file,
+                  "file with a Jinja chat template used instead of the model's");
   cmd->add_option("--ctx-checkpoints", o.max_checkpoints,
                   "prompt-cache GDN checkpoints kept per slot")
       ->capture_default_str();

@@ -84,4 +84,18 @@ check("two interleaved conversations each find their own slot", async () => {
   assert.deepEqual(trace(y2), await coldRun(follow(conv("deserts"), y1)));
 });
 
+check("an identical raw prompt sent twice re-runs only its last token, with the cold answer", async () => {
+  // A prompt shorter than the checkpoint interval with no chat turn in it (issue 23: it reused
+  // nothing because no checkpoint fell inside it).
+  const body = { prompt: "The river flows past the old mill and", max_tokens: 12, ignore_eos: true, logprobs: 2 };
+  const a = await post(warm.base, "/v1/completions", body);
+  const b = await post(warm.base, "/v1/completions", body);
+  assert.equal(a.status, 200, a.text);
+  const n = b.body.usage.prompt_tokens;
+  assert.equal(b.body.usage.prompt_tokens_details.cached_tokens, n - 1, `cached ${b.body.usage.prompt_tokens_details.cached_tokens} of ${n}`);
+  const c = await post(cold.base, "/v1/completions", { ...body, cache_prompt: false });
+  assert.equal(b.body.choices[0].text, c.body.choices[0].text);
+  assert.deepEqual(b.body.choices[0].logprobs.token_logprobs, c.body.choices[0].logprobs.token_logprobs);
+});
+
 await run([warm, cold]);

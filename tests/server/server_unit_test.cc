@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "server/api.h"
+#include "server/cors.h"
 #include "server/output.h"
 #include "tools/synth.h"
 
@@ -349,6 +350,9 @@ engine::SchedulerOptions Options(int slots) {
   o.n_slots = slots;
   o.n_ctx = 1024;
   o.cache.interval = 16;
+  // Room for every checkpoint of the follow-up test's three prompts (each also keeps one before
+  // its last token since issue 23), so none of the first prompt's is evicted.
+  o.cache.max_checkpoints = 16;
   return o;
 }
 
@@ -485,6 +489,58 @@ TEST(Scheduler, ReportsPrefillProgressOfLongPrompts) {
   }
   // The scheduler prefills all but the last prompt token (the generation's first step takes it).
   EXPECT_EQ(calls.back().done, static_cast<int64_t>(prompt.size()) - 1);
+}
+
+// ---- CORS --------------------------------------------------------------------------------------
+
+TEST(Cors, LocalhostOriginsAreRecognizedWithOrWithoutSchemeAndPort) {
+  for (const char* o : {"localhost", "http://localhost", "http://localhost:8080",
+                        "https://127.0.0.1", "http://[::1]:3000", "http://localhost/"}) {
+    EXPECT_TRUE(OriginIsLocalhost(o)) << o;
+  }
+  for (const char* o :
+       {"", "http://localhost.evil.example", "http://evil.example/localhost", "http://127.0.0.2",
+        "http://[::2]", "http://localhost:80x", "http://user@localhost"}) {
+    EXPECT_FALSE(OriginIsLocalhost(o)) << o;
+  }
+}
+
+TEST(Cors, AllowedOriginFollowsTheFlags) {
+  ServerOptions::Cors c;  // localhost by default
+  EXPECT_EQ(AllowedOrigin(c, "http://localhost:5173"), "http://localhost:5173");
+  EXPECT_EQ(AllowedOrigin(c, "https://evil.example"), "");
+  EXPECT_EQ(AllowedOrigin(c, ""), "");
+  c.origins = "*";
+  EXPECT_EQ(AllowedOrigin(c, "https://a.example"), "https://a.example");  // credentials: reflect
+  EXPECT_EQ(AllowedOrigin(c, ""), "*");
+  c.credentials = false;
+  EXPECT_EQ(AllowedOrigin(c, "https://a.example"), "*");
+  c.origins = "https://a.example, https://b.example";
+  EXPECT_EQ(AllowedOrigin(c, "https://b.example"), "https://b.example");
+  EXPECT_EQ(AllowedOrigin(c, "https://b.example.evil"), "");
+  const auto h = CorsHeaders(c, "https://a.example", /*preflight=*/true);
+  ASSERT_EQ(h.size(), 5u);  // origin, Vary, credentials, methods, headers
+  EXPECT_EQ(h[0].second, "https://a.example");
+  EXPECT_EQ(h[2].second, "false");
+  EXPECT_EQ(CorsHeaders(c, "https://z.example", /*preflight=*/false).size(), 0u);
+}
+
+TEST(Scheduler, AnIdenticalShortPromptReRunsOnlyItsLastToken) {
+  // Shorter than the checkpoint interval and without a chat turn: before issue 23's fix nothing
+  // of it was reused (no checkpoint fell inside it and the live state holds the answer too).
+  engine::Scheduler s(TheEngine(), Options(1));
+  Runner run(s);
+  const auto p = Params(decode::Mode::kAr, 10);
+  const std::vector<int32_t> a = TheEngine().tokenizer().Encode("a lighthouse in the storm", false);
+  ASSERT_LT(a.size(), 16u);
+  Result r1, r2;
+  run.Submit(a, p, &r1);
+  run.Wait({&r1});
+  run.Submit(a, p, &r2);
+  run.Wait({&r2});
+  EXPECT_EQ(r2.outcome.cached_tokens, static_cast<int64_t>(a.size()) - 1);
+  EXPECT_EQ(r2.tokens, r1.tokens);
+  EXPECT_EQ(r2.tokens, Alone(a, p));
 }
 
 TEST(Scheduler, CancellingAQueuedRequestLeavesTheRunningOneAlone) {
