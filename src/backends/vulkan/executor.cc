@@ -325,16 +325,25 @@ void VulkanExecutor::Upload() {
 // ---------------------------------------------------------------------------------------------
 // Sequence states.
 
-DeviceState::DeviceState(const VulkanExecutor& exec, const model::StateOptions& o)
-    : model::SequenceState(exec, o), exec_(exec) {
+namespace {
+
+/// A recorded pass is one pass, and no pass here exceeds the executor's tokens per pass: a larger
+/// request (the engine asks for max(block, 256) to suit every executor) is served at that size.
+model::StateOptions ClampRecording(const VulkanExecutor& exec, model::StateOptions o) {
+  o.max_record_tokens = std::min<int64_t>(o.max_record_tokens, exec.options().max_tokens);
+  return o;
+}
+
+}  // namespace
+
+DeviceState::DeviceState(const VulkanExecutor& exec, const model::StateOptions& requested)
+    : model::SequenceState(exec, ClampRecording(exec, requested)), exec_(exec) {
+  const model::StateOptions o = ClampRecording(exec, requested);
   const Hparams& hp = exec.hparams();
   Check(o.kv_type == GgmlType::kF16,
         "vulkan state: the KV cache on the GPU is F16 (asked for {}); use an F16 cache or "
         "--device cpu",
         TypeName(o.kv_type));
-  Check(o.max_record_tokens <= exec.options().max_tokens,
-        "vulkan state: max_record_tokens {} must be at most {} (the executor's tokens per pass)",
-        o.max_record_tokens, exec.options().max_tokens);
   Device& dev = exec.device();
   const uint64_t align = dev.alignment();
   const int n_rec = hp.n_recurrent(), n_att = hp.n_attention();
