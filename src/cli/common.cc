@@ -74,8 +74,15 @@ void DecodeFlags::Add(CLI::App* cmd) {
   cmd->add_option("--draft-max", decoding.draft_max,
                   "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15), or "
                   "auto: chosen per round from the acceptance and pass costs seen so far")
-      ->transform(
-          [](std::string s) { return s == "auto" ? std::to_string(decode::kDraftAuto) : s; });
+      ->transform([](std::string s) {
+        // kDraftAuto is -1 inside: only the word `auto` may ask for it, never a number.
+        if (s == "auto") return std::to_string(decode::kDraftAuto);
+        if (!s.empty() && s[0] == '-') {
+          throw CLI::ValidationError("--draft-max",
+                                     "draft-max must be in [0, 255] or auto (got " + s + ")");
+        }
+        return s;
+      });
   cmd->add_option(
       "--draft-p-min", decoding.draft_p_min,
       "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");

@@ -253,8 +253,15 @@ void RegisterServerCommands(CLI::App& app) {
   cmd->add_option(
          "--draft-max", o.decoding.draft_max,
          "default spec drafts per round at most, [0, 255] (0: block size - 1; default 15), or auto")
-      ->transform(
-          [](std::string s) { return s == "auto" ? std::to_string(decode::kDraftAuto) : s; });
+      ->transform([](std::string s) {
+        // kDraftAuto is -1 inside: only the word `auto` may ask for it, never a number.
+        if (s == "auto") return std::to_string(decode::kDraftAuto);
+        if (!s.empty() && s[0] == '-') {
+          throw CLI::ValidationError("--draft-max",
+                                     "draft-max must be in [0, 255] or auto (got " + s + ")");
+        }
+        return s;
+      });
   cmd->add_option(
       "--draft-p-min", o.decoding.draft_p_min,
       "default spec verify cut: leading drafts with probability >= this, [0, 1] (default 0: all)");
