@@ -35,11 +35,11 @@ fi
 # llama-bench: native build; where its AMX kernels crash (SIGILL), the same build without AMX.
 pick_llama() {
   local model=$1 bin
-  if [[ $variant != auto ]]; then "$repo/bench/build_llama_bench.sh" "$build" "$variant"; return; fi
-  bin=$("$repo/bench/build_llama_bench.sh" "$build" native)
+  if [[ $variant != auto ]]; then "$repo/bench/build_llama.sh" "$build" llama-bench "$variant"; return; fi
+  bin=$("$repo/bench/build_llama.sh" "$build" llama-bench native)
   if "$bin" -m "$model" -p 16 -n 0 -r 1 -t "$threads" -o jsonl >/dev/null 2>&1; then echo "$bin"; return; fi
   echo "speed_vs_llama: the native llama-bench failed on $model (rc $?; SIGILL = its AMX tiles); using the build without AMX" >&2
-  "$repo/bench/build_llama_bench.sh" "$build" noamx
+  "$repo/bench/build_llama.sh" "$build" llama-bench noamx
 }
 
 for t in $types; do

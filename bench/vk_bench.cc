@@ -21,6 +21,7 @@
 
 #include "backends/vulkan/ops.h"
 #include "base/error.h"
+#include "bench_main.h"
 
 namespace crossword::vulkan {
 namespace {
@@ -529,11 +530,7 @@ int Main(int argc, char** argv) {
       {"options", {{"small", o.small}, {"reps", o.reps}, {"path", o.path}}},
       {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
       {"results", b.results()}};
-  if (out_path.empty()) {
-    std::cout << doc.dump(2) << "\n";
-  } else {
-    std::ofstream(out_path) << doc.dump(2) << "\n";
-  }
+  bench::WriteJson(doc, out_path);
   return 0;
 }
 
@@ -541,10 +538,5 @@ int Main(int argc, char** argv) {
 }  // namespace crossword::vulkan
 
 int main(int argc, char** argv) {
-  try {
-    return crossword::vulkan::Main(argc, argv);
-  } catch (const crossword::Error& e) {
-    std::fprintf(stderr, "crossword-vk-bench: %s\n", e.what());
-    return 1;
-  }
+  return crossword::bench::RunTool("crossword-vk-bench", crossword::vulkan::Main, argc, argv);
 }

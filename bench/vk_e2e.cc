@@ -18,6 +18,7 @@
 #include "backends/cpu/executor.h"
 #include "backends/vulkan/executor.h"
 #include "base/error.h"
+#include "bench_main.h"
 #include "tools/synth.h"
 
 namespace crossword::vulkan {
@@ -189,11 +190,7 @@ int Main(int argc, char** argv) {
   }
   doc["seconds"] = Since(t_start);
   if (!synth_preset.empty()) std::filesystem::remove(path);
-  if (out_path.empty()) {
-    std::cout << doc.dump(2) << "\n";
-  } else {
-    std::ofstream(out_path) << doc.dump(2) << "\n";
-  }
+  bench::WriteJson(doc, out_path);
   return 0;
 }
 
@@ -201,10 +198,5 @@ int Main(int argc, char** argv) {
 }  // namespace crossword::vulkan
 
 int main(int argc, char** argv) {
-  try {
-    return crossword::vulkan::Main(argc, argv);
-  } catch (const crossword::Error& e) {
-    std::fprintf(stderr, "crossword-vk-e2e: %s\n", e.what());
-    return 1;
-  }
+  return crossword::bench::RunTool("crossword-vk-e2e", crossword::vulkan::Main, argc, argv);
 }

@@ -11,7 +11,7 @@
 #        THREADS=2 SLOTS=4 CTX=16384 REPS=3 NUM_PROMPTS=8 OUTPUT_LEN=64
 #        CONC="1,2,4,8" (steps at CONC_INPUT prompt tokens)  CONC_INPUT=128
 #        LADDER="512,2048" (context ladder: prompt tokens at concurrency 1)
-#        LLAMA_CACHE=DIR (llama.cpp clone + build, see bench/build_llama_server.sh)
+#        LLAMA_CACHE=DIR (llama.cpp clone + build, see bench/build_llama.sh)
 #        LLAMA_SERVER=BIN (an existing llama-server instead of the build)
 #        CROSSWORD=BIN (an existing crossword binary instead of BUILD_DIR's, not rebuilt)
 #        MAX_LOAD=2.5 (warn above this 1-minute load average)  GUARD=0.5 (bench serve's load guard)
@@ -38,7 +38,7 @@ else
   cw="$build/src/cli/crossword"
   cmake --build "$build" --target crossword -j2 >/dev/null
 fi
-ls=${LLAMA_SERVER:-$("$repo/bench/build_llama_server.sh" "$build")}
+ls=${LLAMA_SERVER:-$("$repo/bench/build_llama.sh" "$build" llama-server)}
 model=${MODEL:-$build/bench-cache/models/synth4-Q8_0-qwen35moe.gguf}
 if [[ ! -f $model ]]; then
   mkdir -p "$(dirname "$model")"
