@@ -2,6 +2,7 @@
 // handlers only ever see well-formed requests (docs/server.md lists the fields).
 #include "server/api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -399,26 +400,6 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
     ApplyDecodingExtension(Object(*v, "crossword"), "crossword.", p);
 }
 
-// A message's content as one string: text parts are concatenated as they are.
-std::string ContentText(const json& content, const std::string& param) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) WrongType(param, "a string or an array of content parts", content);
-  std::string out;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const std::string pp = param + "[" + std::to_string(i) + "]";
-    const json& part = Object(content[i], pp);
-    const json* type = Field(part, "type");
-    if (!type) BadRequest(pp + ".type", "'" + pp + ".type' is required");
-    const std::string& t = String(*type, pp + ".type");
-    if (t != "text")
-      BadRequest(pp + ".type", "content part type '" + t + "' is not supported (text only)");
-    const json* text = Field(part, "text");
-    if (!text) BadRequest(pp + ".text", "'" + pp + ".text' is required");
-    out += String(*text, pp + ".text");
-  }
-  return out;
-}
-
 json NormalizeToolCall(const json& call, const std::string& param) {
   Object(call, param);
   json out = json::object();
@@ -643,6 +624,27 @@ CompletionRequest ParseCompletionRequest(const json& body, const RequestDefaults
     WrongType("prompt", "a string or an array of token ids", *p);
   }
   return r;
+}
+
+std::string ContentText(const json& content, const std::string& param,
+                        std::initializer_list<std::string_view> text_types) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) WrongType(param, "a string or an array of content parts", content);
+  std::string out;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string pp = param + "[" + std::to_string(i) + "]";
+    const json& part = Object(content[i], pp);
+    const json* type = Field(part, "type");
+    if (!type) BadRequest(pp + ".type", "'" + pp + ".type' is required");
+    const std::string& t = String(*type, pp + ".type");
+    if (std::find(text_types.begin(), text_types.end(), t) == text_types.end())
+      BadRequest(pp + ".type", "content part type '" + t + "' is not supported (text only)");
+    const char* field = t == "refusal" ? "refusal" : "text";
+    const json* text = Field(part, field);
+    if (!text) BadRequest(pp + "." + field, "'" + pp + "." + field + "' is required");
+    out += String(*text, pp + "." + field);
+  }
+  return out;
 }
 
 }  // namespace crossword::server

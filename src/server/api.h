@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -70,6 +71,11 @@ int64_t Integer(const nlohmann::ordered_json& v, const std::string& param, int64
 bool Bool(const nlohmann::ordered_json& v, const std::string& param);
 const std::string& String(const nlohmann::ordered_json& v, const std::string& param);
 const nlohmann::ordered_json& Object(const nlohmann::ordered_json& v, const std::string& param);
+/// A message's content as one string: a string as it is, or an array of parts whose types are in
+/// `text_types` ("refusal" parts are read from their "refusal" field, others from "text"),
+/// concatenated. 400 naming the part for any other type or a missing field.
+std::string ContentText(const nlohmann::ordered_json& content, const std::string& param,
+                        std::initializer_list<std::string_view> text_types = {"text"});
 
 enum class ReasoningFormat : uint8_t { kDeepseek, kNone };
 /// "deepseek" | "auto" (= deepseek) | "none"; ApiError otherwise.

@@ -14,25 +14,9 @@ using Kind = chat::StreamDelta::Kind;
 
 namespace {
 
-// A message item's content: a string or input_text / output_text / text parts.
+// A message item's content: a string or input_text / output_text / text / refusal parts.
 std::string ItemText(const json& content, const std::string& param) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) WrongType(param, "a string or an array of content parts", content);
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const std::string pp = param + "[" + std::to_string(i) + "]";
-    const json& part = Object(content[i], pp);
-    const json* type = Field(part, "type");
-    if (!type) BadRequest(pp + ".type", "'" + pp + ".type' is required");
-    const std::string& t = String(*type, pp + ".type");
-    if (t != "input_text" && t != "output_text" && t != "text" && t != "refusal") {
-      BadRequest(pp + ".type", "content part type '" + t + "' is not supported (text only)");
-    }
-    const json* tx = Field(part, t == "refusal" ? "refusal" : "text");
-    if (!tx) BadRequest(pp + ".text", "'" + pp + ".text' is required");
-    text += String(*tx, pp + ".text");
-  }
-  return text;
+  return ContentText(content, param, {"input_text", "output_text", "text", "refusal"});
 }
 
 void ConvertInput(const json& input, json& messages) {

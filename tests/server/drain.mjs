@@ -60,19 +60,21 @@ check("SIGTERM with streams running and queued: all finish complete, 503 for new
   let started = 0;
   let firstSeen;
   const firstTwo = new Promise((r) => (firstSeen = r));
-  const streams = [0, 1, 2, 3].map((i) => stream(srv.base, ask(i, 400), () => ++started === 2 && firstSeen()));
-  const plain = post(srv.base, "/v1/chat/completions", ask(4, 200));  // queued, not streamed
+  // Long enough (6,750 tokens per slot's share) that the probes below, sent together 50 ms after
+  // SIGTERM, always find the server still draining (with 400 tokens a loaded run once drained
+  // before /metrics was asked).
+  const streams = [0, 1, 2, 3].map((i) => stream(srv.base, ask(i, 1500), () => ++started === 2 && firstSeen()));
+  const plain = post(srv.base, "/v1/chat/completions", ask(4, 750));  // queued, not streamed
   await firstTwo;
   const t0 = Date.now();
   srv.proc.kill("SIGTERM");
   await sleep(50);
-  const h = await get(srv.base, "/health");
+  const [h, late, metrics] = await Promise.all([
+    get(srv.base, "/health"), post(srv.base, "/v1/chat/completions", ask(5, 5)), get(srv.base, "/metrics")]);
   assert.equal(h.status, 503);
   assert.equal(h.body.status, "draining");
-  const late = await post(srv.base, "/v1/chat/completions", ask(5, 5));
   assert.equal(late.status, 503, "a new generation during the drain");
-  const m = (await get(srv.base, "/metrics")).text;
-  assert.match(m, /^crossword_draining 1$/m);
+  assert.match(metrics.text, /^crossword_draining 1$/m);
   const results = await Promise.all(streams);
   const p = await plain;
   const ex = await exitOf(srv);
@@ -82,10 +84,10 @@ check("SIGTERM with streams running and queued: all finish complete, 503 for new
     assert.equal(r.error, null, `stream ${i}: ${r.error}`);
     assert.ok(r.done, `stream ${i} has no [DONE]`);
     assert.equal(r.finish, "length", `stream ${i}`);
-    assert.equal(r.tokens, 400, `stream ${i}`);
+    assert.equal(r.tokens, 1500, `stream ${i}`);
   }
   assert.equal(p.status, 200);
-  assert.equal(p.body.usage.completion_tokens, 200);
+  assert.equal(p.body.usage.completion_tokens, 750);
   assert.deepEqual(ex, { code: 0, signal: null });
   assert.ok(took < 30000, `took ${took} ms`);
   assert.match(srv.log(), /drained in [0-9.]+ s/);
@@ -100,14 +102,15 @@ check("SIGTERM with requests longer than --drain-timeout: cancelled at the bound
   const srv = await startServer(["-np", "1", "-c", "65536", "--drain-timeout", "1"]);
   let firstSeen;
   const first = new Promise((r) => (firstSeen = r));
-  const long = stream(srv.base, ask(0, 64000), () => firstSeen());
-  const queued = [1, 2, 3].map((i) => stream(srv.base, ask(i, 64000)));
+  // Whichever request reaches the slot first (the order of arrival is not the order of the
+  // fetches: a "queued" one once ran first, finished, and the signal came only after it).
+  const streams = [0, 1, 2, 3].map((i) => stream(srv.base, ask(i, 64000), () => firstSeen()));
   await first;
   const t0 = Date.now();
   srv.proc.kill("SIGTERM");
   const ex = await exitOf(srv);
   const took = Date.now() - t0;
-  const all = await Promise.all([long, ...queued]);
+  const all = await Promise.all(streams);
   assert.deepEqual(ex, { code: 0, signal: null });
   assert.ok(took >= 900 && took < 4000, `exit ${took} ms after SIGTERM with a 1 s bound`);
   const cut = all.filter((r) => r.finish !== "length");

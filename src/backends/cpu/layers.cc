@@ -353,26 +353,22 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
     const int32_t n = offsets[e + 1] - offsets[e];
     if (n == 0) continue;
     for (auto [tensor, out] : {std::pair{&L.ffn_gate_exps, hg}, std::pair{&L.ffn_up_exps, hu}}) {
-      kernels::MatMulJob j;
-      j.w = tensor->Expert(e);
-      j.x = acts(ctx.acts_main_, tensor->first);
-      j.n_rows = n;
-      j.x_rows = rows_x + offsets[e];
-      j.y = out;
-      j.ldy = n_ff;
-      j.y_rows = rows_y + offsets[e];
-      jobs.push_back(j);
+      jobs.push_back({.w = tensor->Expert(e),
+                      .x = acts(ctx.acts_main_, tensor->first),
+                      .n_rows = n,
+                      .x_rows = rows_x + offsets[e],
+                      .y = out,
+                      .ldy = n_ff,
+                      .y_rows = rows_y + offsets[e]});
     }
   }
   if (shared) {
     for (auto [m, out] : {std::pair{&L.ffn_gate_shexp, hg}, std::pair{&L.ffn_up_shexp, hu}}) {
-      kernels::MatMulJob j;
-      j.w = *m;
-      j.x = acts(ctx.acts_main_, *m);
-      j.n_rows = T;
-      j.y = out + T * k * n_ff;
-      j.ldy = n_ff;
-      jobs.push_back(j);
+      jobs.push_back({.w = *m,
+                      .x = acts(ctx.acts_main_, *m),
+                      .n_rows = T,
+                      .y = out + T * k * n_ff,
+                      .ldy = n_ff});
     }
   }
   kernels::MatMul(jobs, pool);
@@ -392,26 +388,18 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
   for (int e = 0; e < n_expert; ++e) {
     const int32_t n = offsets[e + 1] - offsets[e];
     if (n == 0) continue;
-    kernels::MatMulJob j;
-    j.w = L.ffn_down_exps.Expert(e);
-    j.x = &a_ff;
-    j.n_rows = n;
-    j.x_rows = rows_y + offsets[e];
-    j.y = down;
-    j.ldy = E;
-    j.y_rows = rows_y + offsets[e];
-    jobs.push_back(j);
+    jobs.push_back({.w = L.ffn_down_exps.Expert(e),
+                    .x = &a_ff,
+                    .n_rows = n,
+                    .x_rows = rows_y + offsets[e],
+                    .y = down,
+                    .ldy = E,
+                    .y_rows = rows_y + offsets[e]});
   }
   if (shared) {
     kernels::Activations& a_sh =
         Prepare(ctx.acts_main_, L.ffn_down_shexp.type, hg + T * k * n_ff, T, hp_.n_ff_shexp, n_ff);
-    kernels::MatMulJob j;
-    j.w = L.ffn_down_shexp;
-    j.x = &a_sh;
-    j.n_rows = T;
-    j.y = sh;
-    j.ldy = E;
-    jobs.push_back(j);
+    jobs.push_back({.w = L.ffn_down_shexp, .x = &a_sh, .n_rows = T, .y = sh, .ldy = E});
   }
   kernels::MatMul(jobs, pool);
 
