@@ -32,8 +32,11 @@ json StepSummary(const std::vector<json>& runs) {
         "decode_tok_s", "prefill_tok_s", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
         "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms",
         "tokens_per_chunk", "tokens_per_pass"}) {
+    // TPOT of runs without a request of more than one answer token (prefill) is no figure.
+    const bool tpot = std::string(key).find("tpot") != std::string::npos;
     std::vector<double> v;
     for (const json& r : runs) {
+      if (tpot && r.value("tpot_ms", json::object()).value("n", 0) == 0) continue;
       if (r.contains(key) && r[key].is_number()) v.push_back(r[key].get<double>());
     }
     if (v.empty()) continue;

@@ -57,6 +57,7 @@ assert abs(d["median"]["decode_tok_s"] - 1000 / r["median_tpot_ms"]) < 1e-6, d
 p = by("prefill")[0]["runs"][0]
 assert p["total_input_tokens"] == 48 and p["total_output_tokens"] == 1, p
 assert abs(p["prefill_tok_s"] - 48 * 1000 / p["median_ttft_ms"]) < 1e-6, p
+assert "median_tpot_ms" not in by("prefill")[0]["median"], by("prefill")[0]  # 1 token: no TPOT
 conc = by("conc")
 assert [(s["max_concurrency"], s["runs"][0]["completed"]) for s in conc] == [(1, 1), (2, 2)], conc
 assert conc[1]["runs"][0]["total_output_tokens"] == 8, conc[1]
