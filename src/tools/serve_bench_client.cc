@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -90,21 +91,34 @@ std::string Detokenize(const Target& t, const std::vector<int32_t>& ids) {
   return j["content"].get<std::string>();
 }
 
-std::string AskChat(const Target& t, const std::string& question, int max_tokens) {
+ChatAnswer Chat(const Target& t, const std::string& question, int max_tokens) {
   json body = {{"messages", json::array({{{"role", "user"}, {"content", question}}})},
                {"max_tokens", max_tokens},
                {"temperature", 0},
                {"stream", false}};
   if (!t.model.empty()) body["model"] = t.model;
+  const auto t0 = std::chrono::steady_clock::now();
   const json j = PostJson(t, "/v1/chat/completions", body);
-  std::string answer;
+  ChatAnswer a;
+  a.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
     const json& m = j["choices"][0].value("message", json::object());
     for (const char* k : {"reasoning_content", "content"}) {
-      if (m.contains(k) && m[k].is_string()) answer += m[k].get<std::string>() + " ";
+      if (m.contains(k) && m[k].is_string()) a.text += m[k].get<std::string>() + " ";
     }
   }
-  return answer;
+  if (j.contains("usage") && j["usage"].is_object()) {
+    const json& u = j["usage"];
+    if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
+      a.prompt_tokens = u["prompt_tokens"].get<int64_t>();
+    if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
+      a.completion_tokens = u["completion_tokens"].get<int64_t>();
+  }
+  return a;
+}
+
+std::string AskChat(const Target& t, const std::string& question, int max_tokens) {
+  return Chat(t, question, max_tokens).text;
 }
 
 std::string DatasetText(const std::string& dataset, size_t max_chars, uint64_t seed) {

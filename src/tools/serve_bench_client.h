@@ -44,8 +44,19 @@ std::vector<int32_t> Tokenize(const Target& t, const std::string& text);
 /// POST /detokenize {"tokens": ids} -> text.
 std::string Detokenize(const Target& t, const std::vector<int32_t>& ids);
 
-/// POST /v1/chat/completions with one user `question`, greedy, non-streamed, at most `max_tokens`:
-/// the answer's content and reasoning_content joined. Throws crossword::Error on failure.
+/// A non-streamed chat answer.
+struct ChatAnswer {
+  std::string text;                ///< reasoning_content and content joined
+  int64_t prompt_tokens = -1;      ///< usage.prompt_tokens (-1: not reported)
+  int64_t completion_tokens = -1;  ///< usage.completion_tokens (-1: not reported)
+  double seconds = 0;              ///< request to full answer
+};
+
+/// POST /v1/chat/completions with one user `question`, greedy, non-streamed, at most `max_tokens`.
+/// Throws crossword::Error on failure.
+ChatAnswer Chat(const Target& t, const std::string& question, int max_tokens);
+
+/// Chat(...).text.
 std::string AskChat(const Target& t, const std::string& question, int max_tokens);
 
 /// Text of a dataset: "random" (seeded synthesized words), "bible" (bible-kjv's `bible` program,

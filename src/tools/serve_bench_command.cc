@@ -1,58 +1,31 @@
-// `crossword bench serve`: steps (input length x concurrency x request rate), each with warm-up
-// requests and measured runs under the load guard, against a server at --url or one started per
-// step by --spawn; a vLLM-style report and a JSON result with the run's contract.
+// `crossword bench serve`: a classic step grid (input length x concurrency x request rate) or the
+// reference method's parts (--parts guard,decode,prefill,conc,ctx,mem,needle), each step with
+// warm-up requests and measured runs under the load guard, against a server at --url or one
+// started per step by --spawn; a vLLM-style report, a JSON result with the run's contract, SVG
+// charts and (--compare) the side-by-side table of several servers' results.
 #include "tools/serve_bench_command.h"
 
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <thread>
 
 #include "base/error.h"
 #include "tools/load_guard.h"
-#include "tools/serve_bench.h"
-#include "tools/serve_bench_client.h"
+#include "tools/serve_bench_parts.h"
+#include "tools/serve_bench_report.h"
 
 namespace crossword::tools {
 namespace {
 
 using json = nlohmann::ordered_json;
 using namespace servebench;  // NOLINT(build/namespaces): this file is the tool's front end
-
-struct Flags {
-  std::string url, spawn, spawn_log, endpoint = "/v1/completions", model, api_key;
-  std::string dataset = "random";
-  std::vector<int64_t> input_lens = {1024};
-  int64_t output_len = 128;
-  double range_ratio = 0;
-  int64_t num_prompts = 16;
-  std::vector<std::string> rates = {"inf"};
-  double burstiness = 1;
-  std::vector<int> concurrencies = {0};
-  int warmup = 1, runs = 1;
-  uint64_t seed = 0;
-  std::string goodput, percentiles = "50,90,95,99", result_file, label, output = "md";
-  std::string extra_body, model_file;
-  std::string known_answer = "What is the capital of France?=>Paris";
-  bool no_known_answer = false;
-  double guard_max_other = 0.5;
-  int guard_retries = 2;
-  double spawn_timeout = 600, timeout = 600;
-};
 
 std::string ReadFirstLine(const std::string& path, const std::string& prefix) {
   std::ifstream in(path);
@@ -67,13 +40,6 @@ std::string Trimmed(std::string s) {
   const size_t a = s.find_first_not_of(" \t:");
   const size_t b = s.find_last_not_of(" \t\n");
   return a == std::string::npos ? "" : s.substr(a, b - a + 1);
-}
-
-// VmHWM / VmRSS of a process in MiB (-1 when gone).
-double StatusMiB(pid_t pid, const char* key) {
-  const std::string line = ReadFirstLine("/proc/" + std::to_string(pid) + "/status", key);
-  if (line.empty()) return -1;
-  return std::strtod(line.c_str() + std::strlen(key), nullptr) / 1024.0;
 }
 
 json MachineJson() {
@@ -103,259 +69,124 @@ std::string UtcNow() {
   return buf;
 }
 
-// A server started by --spawn: its own process group, stopped (SIGTERM, then SIGKILL) on scope
-// exit.
-class Spawned {
- public:
-  Spawned(const std::string& command_template, const std::string& log_path, double timeout_s,
-          Target& target) {
-    const int port = FreePort();
-    std::string cmd = command_template;
-    const size_t at = cmd.find("{port}");
-    Check(at != std::string::npos, "--spawn: the command must contain {{port}} (got '{}')", cmd);
-    for (size_t p = at; p != std::string::npos; p = cmd.find("{port}"))
-      cmd.replace(p, 6, std::to_string(port));
-    command_ = cmd;
-    log_ = log_path;
-    pid_ = fork();
-    Check(pid_ >= 0, "--spawn: fork failed");
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      FILE* f = std::fopen(log_.c_str(), "a");
-      if (f) {
-        dup2(fileno(f), 1);
-        dup2(fileno(f), 2);
-      }
-      const std::string exec_cmd = "exec " + cmd;  // the shell becomes the server: one pid
-      execl("/bin/sh", "sh", "-c", exec_cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    setpgid(pid_, pid_);
-    target.host = "127.0.0.1";
-    target.port = port;
-    try {
-      WaitReady(target, timeout_s);
-    } catch (...) {
-      Stop();  // the constructor did not finish: no destructor will run
-      throw;
-    }
-  }
-  ~Spawned() { Stop(); }
-  Spawned(const Spawned&) = delete;
-  Spawned& operator=(const Spawned&) = delete;
-
-  pid_t pid() const { return pid_; }
-  const std::string& command() const { return command_; }
-  double load_s() const { return load_s_; }
-
- private:
-  void WaitReady(const Target& target, double timeout_s) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (;;) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        Fail("--spawn: the server exited before it was ready (status {}); its log: {}", status,
-             log_);
-      }
-      if (HttpGet(target, "/health", nullptr, 2) == 200) break;
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      Check(waited < timeout_s, "--spawn: the server was not ready after {} s; its log: {}",
-            timeout_s, log_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    load_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(-pid_, SIGTERM);
-    for (int i = 0; i < 100; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    kill(-pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
-  static int FreePort() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    Check(fd >= 0, "--spawn: socket() failed");
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-    close(fd);
-    Check(ok, "--spawn: cannot find a free port");
-    return ntohs(a.sin_port);
-  }
-
-  pid_t pid_ = -1;
-  std::string command_, log_;
-  double load_s_ = 0;
-};
-
-std::vector<double> ParseList(const std::string& text) {
-  std::vector<double> out;
-  std::string s = text;
-  std::replace(s.begin(), s.end(), ',', ' ');
-  std::istringstream in(s);
-  std::string item;
-  while (in >> item) {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    Check(*end == '\0', "'{}' is not a number", item);
-    out.push_back(v);
-  }
-  return out;
+json ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  Check(in.good(), "--compare: cannot read {}", path);
+  json j = json::parse(in, nullptr, false);
+  Check(j.is_object() && j.contains("steps"), "--compare: {} is not a bench serve result", path);
+  return j;
 }
 
-double ParseRate(const std::string& s) {
-  if (s == "inf") return std::numeric_limits<double>::infinity();
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  Check(*end == '\0' && v > 0, "--request-rate: '{}' is not a rate > 0 or inf", s);
-  return v;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return Percentile(v, 50);
-}
-
-// The headline figures of a step: median over its runs, with the smallest and largest.
-json StepSummary(const std::vector<json>& runs) {
-  json median = json::object(), spread = json::object();
-  for (const char* key :
-       {"request_throughput", "output_throughput", "total_token_throughput", "request_goodput",
-        "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
-        "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms", "tokens_per_chunk", "tokens_per_pass"}) {
-    std::vector<double> v;
-    for (const json& r : runs) {
-      if (r.contains(key) && r[key].is_number()) v.push_back(r[key].get<double>());
-    }
-    if (v.empty()) continue;
-    median[key] = Median(v);
-    spread[key] = {*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end())};
-  }
-  return {{"median", median}, {"spread", spread}};
-}
-
-void PrintRun(const Metrics& m, const std::vector<double>& pcts, const std::string& title) {
-  auto row = [](const std::string& k, const std::string& v) {
-    std::printf("%-40s %s\n", k.c_str(), v.c_str());
+// Writes the charts of `groups` and report.md into `dir` (created); returns the files written.
+std::vector<std::string> WriteCharts(const std::string& dir,
+                                     const std::vector<LabeledResults>& groups) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  Check(!ec, "--charts: cannot create {}: {}", dir, ec.message());
+  std::vector<std::string> written;
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    std::ofstream out(path);
+    Check(out.good(), "--charts: cannot write {}", path);
+    out << text;
+    written.push_back(path);
   };
-  auto f2 = [](double v) { return fmt::format("{:.2f}", v); };
-  std::printf("%s\n%s\n", fmt::format("{:=^50}", " Serving Benchmark Result ").c_str(),
-              title.c_str());
-  row("Successful requests:", std::to_string(m.completed));
-  row("Failed requests:", std::to_string(m.failed));
-  row("Maximum request concurrency:", std::to_string(m.peak_concurrency));
-  row("Benchmark duration (s):", f2(m.duration_s));
-  row("Total input tokens:", std::to_string(m.total_input));
-  row("Total generated tokens:", std::to_string(m.total_output));
-  row("Request throughput (req/s):", f2(m.request_throughput));
-  if (m.request_goodput >= 0) row("Request goodput (req/s):", f2(m.request_goodput));
-  row("Output token throughput (tok/s):", f2(m.output_throughput));
-  row("Total token throughput (tok/s):", f2(m.total_token_throughput));
-  row("Tokens per streamed chunk:", f2(m.tokens_per_chunk));
-  if (m.tokens_per_pass >= 0) row("Tokens per forward pass (server):", f2(m.tokens_per_pass));
-  auto dist = [&](const char* head, const char* name, const Distribution& d) {
-    std::printf("%s\n", fmt::format("{:-^50}", head).c_str());
-    row(fmt::format("Mean {} (ms):", name), f2(d.mean));
-    row(fmt::format("Median {} (ms):", name), f2(d.median));
-    for (double p : pcts) row(fmt::format("P{} {} (ms):", p, name), f2(d.percentiles.at(p)));
-  };
-  dist("Time to First Token", "TTFT", m.ttft_ms);
-  dist("Time per Output Token (excl. 1st token)", "TPOT", m.tpot_ms);
-  dist("Inter-token Latency (per chunk)", "ITL", m.itl_ms);
-  dist("End-to-end Latency", "E2EL", m.e2el_ms);
-  std::printf("%s\n", std::string(50, '=').c_str());
-  for (const std::string& e : m.errors) std::printf("error: %s\n", e.c_str());
-  std::fflush(stdout);
-}
-
-void Progress(const std::string& what, int64_t done, int64_t total) {
-  if (!isatty(2)) return;
-  const int width = 30;
-  const auto filled = static_cast<int>(width * done / std::max<int64_t>(total, 1));
-  std::fprintf(stderr, "\r%s [%s%s] %lld/%lld", what.c_str(), std::string(filled, '#').c_str(),
-               std::string(width - filled, ' ').c_str(), static_cast<long long>(done),
-               static_cast<long long>(total));
-  if (done == total) std::fprintf(stderr, "\n");
-}
-
-// The known-answer guard: a model that answers a known question wrong (a broken build, a
-// random-weight file) still has a tokens/s figure; refuse to print it unless overridden.
-json CheckKnownAnswer(const Target& target, const Flags& f) {
-  if (f.no_known_answer) {
-    return {{"checked", false},
-            {"note", "--no-known-answer: speeds of a model whose answers were not checked"}};
+  std::string md = CompareMarkdown(groups);
+  const auto charts = Charts(groups);
+  if (!charts.empty()) md += "\n";
+  for (const auto& [name, svg] : charts) {
+    write(name, svg);
+    md += fmt::format("![{}]({})\n", name, name);
   }
-  const size_t sep = f.known_answer.find("=>");
-  Check(sep != std::string::npos && sep > 0 && sep + 2 < f.known_answer.size(),
-        "--known-answer: '{}' is not QUESTION=>ANSWER", f.known_answer);
-  const std::string question = f.known_answer.substr(0, sep);
-  const std::string expected = f.known_answer.substr(sep + 2);
-  std::string answer;
-  try {
-    answer = AskChat(target, question, 64);
-  } catch (const Error& e) {
-    Fail("known-answer guard: asked \"{}\" and got no answer ({}); --no-known-answer overrides",
-         question, e.what());
-  }
-  auto lower = [](std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
-  const bool ok = lower(answer).find(lower(expected)) != std::string::npos;
-  Check(ok,
-        "known-answer guard: asked \"{}\", expected \"{}\" in the answer, got \"{}\"; no speeds "
-        "for a model that answers wrong (--no-known-answer overrides, e.g. for random-weight "
-        "files, and says so in the result)",
-        question, expected, answer.substr(0, 200));
-  return {{"checked", true}, {"question", question}, {"expected", expected}, {"answer", answer}};
+  write("report.md", md);
+  return written;
 }
 
-void Run(const Flags& f) {
+// --compare A.json B.json ...: the side-by-side table (stdout) and, with --charts, the charts.
+void Compare(const BenchFlags& f) {
+  Check(f.url.empty() && f.spawn.empty(), "--compare reads result files: no --url or --spawn");
+  std::vector<std::pair<std::string, json>> files;
+  for (const std::string& path : f.compare) files.emplace_back(path, ReadJsonFile(path));
+  const std::vector<LabeledResults> groups = GroupByLabel(files);
+  std::printf("%s", CompareMarkdown(groups).c_str());
+  if (!f.charts_dir.empty()) {
+    for (const std::string& p : WriteCharts(f.charts_dir, groups))
+      std::fprintf(stderr, "bench serve: wrote %s\n", p.c_str());
+  }
+}
+
+// The steps --parts asks for, in the order given (measured steps; mem, needle and guard apart).
+void RunParts(const BenchFlags& f, StepRunner& runner, json& steps) {
+  auto measured = [&](const char* part, int64_t in, int64_t out, int64_t n, int conc) {
+    StepSpec s;
+    s.part = part;
+    s.input_len = in;
+    s.output_len = out;
+    s.num_prompts = n;
+    s.concurrency = conc;
+    steps.push_back(runner.Measured(s));
+  };
+  for (const std::string& part : f.parts) {
+    if (part == "guard") {
+      steps.push_back(runner.Guard());
+    } else if (part == "decode") {
+      measured("decode", f.decode_input_len, f.output_len, 1, 1);
+    } else if (part == "prefill") {
+      measured("prefill", f.prefill_len, 1, 1, 1);
+    } else if (part == "conc") {
+      // C requests sent together (more than the server's slots queue there).
+      for (int c : f.conc_levels) {
+        Check(c >= 1, "--conc-levels: {} is not >= 1", c);
+        measured("conc", f.conc_input_len, f.output_len, c, c);
+      }
+    } else if (part == "ctx") {
+      for (int64_t n : f.ctx_ladder) measured("ctx", n, f.ctx_output_len, 1, 1);
+    } else if (part == "mem") {
+      for (json& s : runner.Mem(f.ctx_ladder)) steps.push_back(std::move(s));
+    } else if (part == "needle") {
+      for (json& s :
+           runner.Needle(f.needle_ctx.empty() ? f.ctx_ladder : f.needle_ctx, f.needle_depths))
+        steps.push_back(std::move(s));
+    }
+  }
+}
+
+void Run(const BenchFlags& f) {
+  if (!f.compare.empty()) return Compare(f);
   Check(f.url.empty() != f.spawn.empty(), "bench serve: give exactly one of --url and --spawn");
   Check(f.warmup >= 0 && f.runs >= 1, "--warmup must be >= 0 and --runs >= 1");
-  const std::vector<double> pcts = ParseList(f.percentiles);
-  for (double p : pcts) Check(p >= 0 && p <= 100, "--percentiles: {} is not in [0, 100]", p);
-  const Slo slo = ParseSlo(f.goodput);
-  json extra = json::object();
-  if (!f.extra_body.empty()) {
-    extra = json::parse(f.extra_body, nullptr, false);
-    Check(extra.is_object(), "--extra-body must be a JSON object");
+  for (const std::string& p : f.parts) {
+    Check(std::find(KnownParts().begin(), KnownParts().end(), p) != KnownParts().end(),
+          "--parts: '{}' is not one of guard, decode, prefill, conc, ctx, mem, needle", p);
   }
-  std::vector<double> rates;
-  for (const std::string& r : f.rates) rates.push_back(ParseRate(r));
+  const bool has_mem = std::find(f.parts.begin(), f.parts.end(), "mem") != f.parts.end();
+  Check(!has_mem || !f.spawn.empty(),
+        "--parts mem needs --spawn: memory per context size is measured on a server started "
+        "afresh per size (with --url, each step records the server's peak RSS since its own "
+        "start as server_peak_rss_mib)");
   for (int c : f.concurrencies) Check(c >= 0, "--max-concurrency must be >= 0 (0: unlimited)");
+  for (const std::string* cmd : {&f.spawn, &f.mem_spawn}) {
+    if (!cmd->empty()) ExpandCommand(*cmd, 0, 0);  // throws when {port} is missing
+  }
 
-  Target target = f.spawn.empty() ? ParseUrl(f.url) : Target{};
-  target.endpoint = f.endpoint;
-  target.model = f.model;
-  target.api_key = f.api_key;
-  target.timeout_s = f.timeout;
-  const std::string spawn_log = f.spawn_log.empty()
-                                    ? (std::filesystem::temp_directory_path() /
-                                       fmt::format("crossword-bench-serve-{}.log", getpid()))
-                                          .string()
-                                    : f.spawn_log;
+  // The dataset tokens the longest step needs.
+  int64_t corpus_tokens = 0;
+  if (f.parts.empty()) {
+    for (int64_t n : f.input_lens) corpus_tokens = std::max(corpus_tokens, n * f.num_prompts);
+  } else {
+    corpus_tokens = std::max({f.decode_input_len, f.prefill_len, f.conc_input_len});
+    for (int c : f.conc_levels) corpus_tokens = std::max(corpus_tokens, f.conc_input_len * c);
+    for (int64_t n : f.ctx_ladder) corpus_tokens = std::max(corpus_tokens, n);
+    for (int64_t n : f.needle_ctx) corpus_tokens = std::max(corpus_tokens, n);
+  }
+  StepRunner runner(f, corpus_tokens);
 
   json result = {{"tool", "crossword bench serve"}, {"version", "crossword 0.1.0"}};
   json contract = {{"command", CommandLine()},
                    {"started_utc", UtcNow()},
                    {"url", f.url},
                    {"spawn", f.spawn},
+                   {"mem_spawn", f.mem_spawn},
                    {"endpoint", f.endpoint},
                    {"dataset", f.dataset},
                    {"known_answer_check", !f.no_known_answer},
@@ -373,122 +204,53 @@ void Run(const Flags& f) {
     }
     contract["model_file"] = {{"path", f.model_file}, {"bytes", size}, {"sha256", sum}};
   }
-  result["config"] = {{"input_len", f.input_lens},
-                      {"output_len", f.output_len},
-                      {"range_ratio", f.range_ratio},
-                      {"num_prompts", f.num_prompts},
-                      {"request_rate", f.rates},
-                      {"burstiness", f.burstiness},
-                      {"max_concurrency", f.concurrencies},
-                      {"warmup", f.warmup},
-                      {"runs", f.runs},
-                      {"seed", f.seed},
-                      {"goodput", f.goodput},
-                      {"percentiles", pcts},
-                      {"extra_body", extra},
-                      {"label", f.label},
-                      {"guard_max_other_cores", f.guard_max_other},
-                      {"guard_retries", f.guard_retries}};
+  json config = {{"parts", f.parts},
+                 {"input_len", f.input_lens},
+                 {"output_len", f.output_len},
+                 {"range_ratio", f.range_ratio},
+                 {"num_prompts", f.num_prompts},
+                 {"request_rate", f.rates},
+                 {"burstiness", f.burstiness},
+                 {"max_concurrency", f.concurrencies},
+                 {"warmup", f.warmup},
+                 {"runs", f.runs},
+                 {"seed", f.seed},
+                 {"goodput", f.goodput},
+                 {"percentiles", runner.percentiles()},
+                 {"extra_body", runner.extra_body()},
+                 {"label", f.label},
+                 {"guard_max_other_cores", f.guard_max_other},
+                 {"guard_retries", f.guard_retries}};
+  if (!f.parts.empty()) {
+    config["decode_input_len"] = f.decode_input_len;
+    config["prefill_len"] = f.prefill_len;
+    config["conc_levels"] = f.conc_levels;
+    config["conc_input_len"] = f.conc_input_len;
+    config["ctx_ladder"] = f.ctx_ladder;
+    config["ctx_output_len"] = f.ctx_output_len;
+    config["needle_ctx"] = f.needle_ctx.empty() ? f.ctx_ladder : f.needle_ctx;
+    config["needle_depths"] = f.needle_depths;
+    config["needle_max_tokens"] = f.needle_max_tokens;
+  }
+  result["config"] = config;
 
-  std::vector<int32_t> corpus;  // tokenized once, by the first server (same tokenizer each step)
-  const int64_t max_len = *std::max_element(f.input_lens.begin(), f.input_lens.end());
   json steps = json::array();
-  for (int64_t input_len : f.input_lens) {
-    for (int conc : f.concurrencies) {
-      for (size_t ri = 0; ri < rates.size(); ++ri) {
-        std::unique_ptr<Spawned> server;
-        if (!f.spawn.empty())
-          server = std::make_unique<Spawned>(f.spawn, spawn_log, f.spawn_timeout, target);
-        json step = {{"input_len", input_len},
-                     {"output_len", f.output_len},
-                     {"max_concurrency", conc},
-                     {"request_rate", f.rates[ri]},
-                     {"num_prompts", f.num_prompts}};
-        if (server) {
-          step["server_command"] = server->command();
-          step["server_ready_s"] = server->load_s();
+  if (f.parts.empty()) {
+    for (int64_t input_len : f.input_lens) {
+      for (int conc : f.concurrencies) {
+        for (const std::string& rate : f.rates) {
+          StepSpec s;
+          s.input_len = input_len;
+          s.output_len = f.output_len;
+          s.num_prompts = f.num_prompts;
+          s.concurrency = conc;
+          s.rate = rate;
+          steps.push_back(runner.Measured(s));
         }
-        step["known_answer"] = CheckKnownAnswer(target, f);
-        if (corpus.empty()) {
-          // Enough text for every prompt of the longest length (~4 characters per token).
-          const size_t chars =
-              static_cast<size_t>(std::min<int64_t>(64 << 20, max_len * f.num_prompts * 6 + 4096));
-          const std::string text = DatasetText(f.dataset, chars, f.seed);
-          for (size_t at = 0; at < text.size();) {
-            // Pieces of ~32 KB cut at a space: bounded request bodies.
-            size_t end = std::min(text.size(), at + 32768);
-            if (end < text.size()) {
-              const size_t sp = text.rfind(' ', end);
-              if (sp != std::string::npos && sp > at) end = sp;
-            }
-            const std::vector<int32_t> ids = Tokenize(target, text.substr(at, end - at));
-            corpus.insert(corpus.end(), ids.begin(), ids.end());
-            at = end;
-          }
-        }
-        std::vector<RequestSpec> requests =
-            BuildRequests(corpus, {f.num_prompts, input_len, f.output_len, f.range_ratio, f.seed});
-        if (target.Chat()) {
-          for (RequestSpec& r : requests) r.prompt_text = Detokenize(target, r.prompt_ids);
-        }
-        pid_t server_pid = server ? server->pid() : FindListeningPid("/proc", target.port);
-        std::vector<pid_t> watched = {getpid()};
-        if (server_pid > 0) watched.push_back(server_pid);
-        LoadGuard guard("/proc", watched, server_pid > 0 ? f.guard_max_other : -1, f.guard_retries);
-        step["server_pid_found"] = server_pid > 0;
-        const std::string title =
-            fmt::format("input {} output {} concurrency {} rate {}", input_len, f.output_len,
-                        conc == 0 ? std::string("unlimited") : std::to_string(conc), f.rates[ri]);
-        for (int w = 0; w < f.warmup; ++w) {
-          const RequestRecord r = SendRequest(
-              target, requests[static_cast<size_t>(w) % requests.size()], extra, Clock::now());
-          Check(r.ok, "warm-up request failed: {}", r.error);
-        }
-        std::vector<json> runs;
-        for (int run = 0; run < f.runs; ++run) {
-          json attempts = json::array();
-          for (int attempt = 0;; ++attempt) {
-            LoadOptions load;
-            load.request_rate = rates[ri];
-            load.burstiness = f.burstiness;
-            load.max_concurrency = conc;
-            load.seed = f.seed + static_cast<uint64_t>(run);
-            load.progress = [&](int64_t d, int64_t n) {
-              Progress(fmt::format("{} run {}", title, run + 1), d, n);
-            };
-            guard.Begin();
-            const RunResult rr = RunLoad(target, requests, extra, load);
-            const GuardSample g = guard.End();
-            attempts.push_back(
-                {{"other_cores", g.other_cores}, {"loadavg", g.loadavg}, {"busy", g.busy}});
-            if (guard.ShouldRepeat(g, attempt)) {
-              std::fprintf(stderr,
-                           "bench serve: other processes used %.2f cores during the run (limit "
-                           "%.2f): repeating it\n",
-                           g.other_cores, f.guard_max_other);
-              continue;
-            }
-            const Metrics m = ComputeMetrics(rr.records, rr.duration_s, slo, pcts);
-            if (f.output == "md") PrintRun(m, pcts, fmt::format("{} run {}", title, run + 1));
-            json mj = MetricsJson(m);
-            mj["guard"] = attempts;
-            runs.push_back(std::move(mj));
-            break;
-          }
-        }
-        step["runs"] = runs;
-        const json summary = StepSummary(runs);
-        step["median"] = summary["median"];
-        step["spread"] = summary["spread"];
-        if (server_pid > 0) {
-          // Peak resident memory of the server: since this step's start with --spawn, since the
-          // server's own start with --url.
-          step["server_peak_rss_mib"] = StatusMiB(server_pid, "VmHWM:");
-          step["server_rss_mib"] = StatusMiB(server_pid, "VmRSS:");
-        }
-        steps.push_back(std::move(step));
       }
     }
+  } else {
+    RunParts(f, runner, steps);
   }
   contract["loadavg_end"] = LoadAverage1("/proc");
   contract["finished_utc"] = UtcNow();
@@ -499,22 +261,29 @@ void Run(const Flags& f) {
     Check(out.good(), "--result-file: cannot write {}", f.result_file);
     out << result.dump(2) << "\n";
   }
+  if (!f.charts_dir.empty()) {
+    const std::string name = f.result_file.empty() ? "result" : f.result_file;
+    for (const std::string& p : WriteCharts(f.charts_dir, GroupByLabel({{name, result}})))
+      std::fprintf(stderr, "bench serve: wrote %s\n", p.c_str());
+  }
   if (f.output == "json") std::printf("%s\n", result.dump(2).c_str());
 }
 
 }  // namespace
 
 void RegisterBenchServeCommand(CLI::App& bench) {
-  auto f = std::make_shared<Flags>();
+  auto f = std::make_shared<BenchFlags>();
   CLI::App* cmd = bench.add_subcommand(
       "serve",
       "benchmark an OpenAI-compatible server the way vLLM's benchmark_serving does (TTFT, TPOT, "
       "ITL, E2EL, throughput, goodput) under a request rate and concurrency; see docs/bench.md");
   auto* url = cmd->add_option("--url", f->url, "server to measure, e.g. http://127.0.0.1:8080");
   cmd->add_option("--spawn", f->spawn,
-                  "start this server command per step instead (must contain {port}); its peak "
-                  "resident memory is recorded")
+                  "start this server command per step instead (must contain {port}; {ctx} becomes "
+                  "the step's prompt + answer tokens); its peak resident memory is recorded")
       ->excludes(url);
+  cmd->add_option("--mem-spawn", f->mem_spawn,
+                  "server command of the mem part (default: --spawn), e.g. with -np 1 -c {ctx}");
   cmd->add_option("--spawn-log", f->spawn_log, "where the spawned server's output goes");
   cmd->add_option("--spawn-timeout", f->spawn_timeout, "seconds to wait for /health")
       ->capture_default_str();
@@ -571,7 +340,46 @@ void RegisterBenchServeCommand(CLI::App& bench) {
   cmd->add_flag("--no-known-answer", f->no_known_answer,
                 "skip the known-answer guard (random-weight files); the result says so");
   cmd->add_option("--result-file", f->result_file, "write the JSON result here");
-  cmd->add_option("--label", f->label, "free text stored in the result");
+  cmd->add_option("--label", f->label,
+                  "name of the server in the result (--compare groups result files by it)");
+  cmd->add_option("--parts", f->parts,
+                  "run the reference method's parts instead of the --input-len grid, in this "
+                  "order: guard,decode,prefill,conc,ctx,mem,needle")
+      ->delimiter(',');
+  cmd->add_option("--decode-input-len", f->decode_input_len,
+                  "decode part: prompt tokens (one request, --output-len answer tokens)")
+      ->capture_default_str();
+  cmd->add_option("--prefill-len", f->prefill_len,
+                  "prefill part: prompt tokens (one request, one answer token)")
+      ->capture_default_str();
+  cmd->add_option("--conc-levels", f->conc_levels,
+                  "conc part: requests sent together per step (--conc-input-len prompt and "
+                  "--output-len answer tokens each)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--conc-input-len", f->conc_input_len, "conc part: prompt tokens")
+      ->capture_default_str();
+  cmd->add_option("--ctx-ladder", f->ctx_ladder,
+                  "ctx and mem parts: prompt tokens per step (one request each)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--ctx-output-len", f->ctx_output_len, "ctx and mem parts: answer tokens")
+      ->capture_default_str();
+  cmd->add_option("--needle-ctx", f->needle_ctx,
+                  "needle part: prompt tokens per step (default: --ctx-ladder)")
+      ->delimiter(',');
+  cmd->add_option("--needle-depths", f->needle_depths,
+                  "needle part: where the code sits in the filler, 0 (start) to 1 (end)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--needle-max-tokens", f->needle_max_tokens, "needle part: answer tokens at most")
+      ->capture_default_str();
+  cmd->add_option("--charts", f->charts_dir,
+                  "write SVG charts and report.md (the table) into this folder");
+  cmd->add_option("--compare", f->compare,
+                  "result files to put side by side (grouped by --label; no server is run): "
+                  "markdown table on stdout, charts with --charts")
+      ->expected(1, -1);
   cmd->add_option("-o,--output", f->output, "md (vLLM-style report) or json (the result)")
       ->check(CLI::IsMember({"md", "json"}))
       ->capture_default_str();
