@@ -283,6 +283,8 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
     p.draft_p_min = static_cast<float>(Number(*v, prefix + "draft_p_min", 0.0, 1.0));
 }
 
+}  // namespace
+
 void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
                            GenerationRequest& r) {
   CheckIgnoredFields(body);
@@ -293,6 +295,10 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
       p.max_tokens = Integer(*v, f, 1, std::numeric_limits<int32_t>::max());
       r.max_tokens_given = true;
     }
+  }
+  if (!r.max_tokens_given && defaults.n_predict > 0) {
+    p.max_tokens = defaults.n_predict;  // serve -n N
+    r.max_tokens_given = true;
   }
   if (const json* v = Field(body, "n")) {
     if (Integer(*v, "n", 1, 128) != 1) {
@@ -326,7 +332,7 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
     if (!v->is_number_integer() && !v->is_number_unsigned()) WrongType("seed", "an integer", *v);
     s.seed =
         v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
-  } else if (!s.greedy()) {
+  } else if (!s.greedy() && !defaults.fixed_seed) {
     s.seed = std::random_device{}();  // OpenAI: sampling without a seed is not reproducible
   }
   if (const json* v = Field(body, "logit_bias")) {
@@ -398,6 +404,8 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
   if (const json* v = Field(body, "crossword"))
     ApplyDecodingExtension(Object(*v, "crossword"), "crossword.", p);
 }
+
+namespace {
 
 // A message's content as one string: text parts are concatenated as they are.
 std::string ContentText(const json& content, const std::string& param) {
@@ -610,7 +618,7 @@ CompletionRequest ParseCompletionRequest(const json& body, const RequestDefaults
   CompletionRequest r;
   ParseGenerationFields(body, defaults, r);
   if (!Field(body, "max_tokens") && !Field(body, "n_predict") &&
-      !Field(body, "max_completion_tokens")) {
+      !Field(body, "max_completion_tokens") && defaults.n_predict <= 0) {
     r.params.max_tokens = 16;  // OpenAI's default for completions
     r.max_tokens_given = true;
   }

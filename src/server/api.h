@@ -126,7 +126,15 @@ struct RequestDefaults {
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  ///< --chat-template-kwargs
   int64_t n_vocab = 0;                                               ///< for logit_bias ids
+  bool fixed_seed = false;  ///< --seed given: a request without "seed" uses params' seed
+  int64_t n_predict = -1;   ///< -n: max_tokens of a request that gives none (-1: context left)
 };
+
+/// The fields every generation endpoint shares (max_tokens / n_predict, sampling, logit_bias,
+/// stop, stream, ignore_eos, cache_prompt, logprobs, structured output, decoding mode), applied
+/// over `defaults` into `r`. Throws ApiError(400) naming the field.
+void ParseGenerationFields(const nlohmann::ordered_json& body, const RequestDefaults& defaults,
+                           GenerationRequest& r);
 
 /// Validates a chat completion body (see docs/server.md for every field). Throws ApiError(400)
 /// naming the field on wrong types, out-of-range values, empty messages, n > 1, unsupported

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "server/cors.h"
@@ -254,6 +255,8 @@ void Server::Impl::CheckOptions() const {
   Check(options.engine.threads >= 0, "-t must be >= 0, 0 meaning all cores (got {})",
         options.engine.threads);
   Check(options.http_threads >= 0, "--threads-http must be >= 0 (got {})", options.http_threads);
+  Check(options.n_predict >= -2 && options.n_predict <= std::numeric_limits<int32_t>::max(),
+        "-n must be >= 1, or -1 (the rest of the context) (got {})", options.n_predict);
   Check(options.batch_tokens >= 1, "-b must be >= 1 (got {})", options.batch_tokens);
   Check(options.n_ctx >= 0, "-c must be >= 0, 0 meaning 4096 per slot (got {})", options.n_ctx);
   if (options.n_ctx > 0) {
@@ -299,6 +302,8 @@ void Server::Impl::Load() {
   defaults.reasoning_format = options.reasoning_format;
   defaults.kwargs = options.chat_template_kwargs;
   defaults.n_vocab = engine->tokenizer().n_vocab();
+  defaults.fixed_seed = options.decoding.seed.has_value();
+  defaults.n_predict = options.n_predict;
   engine::SchedulerOptions so;
   so.n_slots = options.n_slots;
   so.n_ctx = n_ctx_slot;
