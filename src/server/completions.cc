@@ -256,20 +256,20 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
       ex->force.triggered = true;  // the reasoning ended: stop here, continue with the call
       go = false;
     }
-    json lp;
+    ex->held.ids.push_back(token);
     if (ex->top_logprobs >= 0 && !logits.empty())
-      lp = TokenLogprob(*tok, token, logits, ex->top_logprobs);
+      ex->held.logprobs.push_back(TokenLogprob(*tok, token, logits, ex->top_logprobs));
+    const bool any = !ex->scratch.empty();
     {
       std::lock_guard lk(ex->mu);
-      if (!lp.is_null()) ex->logprobs.push_back(std::move(lp));
       if (ex->first_token_at < 0) {
         ex->first_token_at = std::chrono::duration<double>(Clock::now() - ex->submitted).count();
       }
-      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+      ex->PushDeltas(ex->scratch, ex->held);
     }
     // Only a streaming reader has a use for new deltas; waking a non-streaming one per token
     // costs a futex call and a context switch per token on a machine whose cores are computing.
-    if (ex->streaming && !ex->scratch.empty()) ex->cv.notify_all();
+    if (ex->streaming && any) ex->cv.notify_all();
     return go;
   };
   if (ex->trace && ex->params.mode != decode::Mode::kAr) {
@@ -288,8 +288,7 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
       ex->params.think_open = false;
       ex->params.grammar = ex->force.grammar;  // the call is constrained, the reasoning was not
       std::lock_guard lk(ex->mu);
-      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
-      ex->scratch.clear();
+      ex->PushDeltas(ex->scratch, ex->held);
       if (!ex->cancelled && ex->params.max_tokens >= 1 &&
           static_cast<int64_t>(ex->prompt.size()) < n_ctx_slot) {
         try {
@@ -321,7 +320,11 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
     request_metrics.OnRequestDone(merged, ex->first_token_at);  // once per client request
     {
       std::lock_guard lk(ex->mu);
-      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+      ex->PushDeltas(ex->scratch, ex->held);
+      // Tokens whose text never showed (an end-of-generation token, a stop string's tail): their
+      // entries go with the end.
+      for (auto& e : ex->held.logprobs) ex->logprobs.push_back(std::move(e));
+      ex->held = {};
       ex->outcome = std::move(merged);
       ex->stopped = ex->stream.stopped_by_string();
       ex->stop_string = ex->stream.stop_string();
@@ -364,6 +367,7 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
 
   auto ex = std::make_shared<Exchange>(engine->tokenizer(), job.output);
   ex->stream.Begin(ex->deltas);
+  ex->delta_tokens.resize(ex->deltas.size());
   ex->force = std::move(job.force);
   ex->prompt = job.prompt;
   ex->params = params;
@@ -434,7 +438,12 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
       SetLogExtra(req, log_line(*ex, "failed"));
       throw ApiError(500, "server_error", "", "generation failed: " + ex->outcome.error);
     }
-    Finished f{ex->outcome, ex->first_token_at, ex->stop_string, std::move(ex->logprobs)};
+    std::vector<json> all_lps;
+    for (auto& t : ex->delta_tokens) {
+      for (auto& e : t.logprobs) all_lps.push_back(std::move(e));
+    }
+    for (auto& e : ex->logprobs) all_lps.push_back(std::move(e));
+    Finished f{ex->outcome, ex->first_token_at, ex->stop_string, std::move(all_lps)};
     const json body = writer->Final(ex->deltas, f);
     if (options.log_prompts) {
       MessageBuilder mb;
@@ -465,6 +474,7 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
         std::vector<json> lp_pending;
         for (;;) {
           std::vector<chat::StreamDelta> got;
+          std::vector<DeltaTokens> got_tokens;
           std::vector<PassTrace> traces;
           bool done;
           {
@@ -472,15 +482,20 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
             ex->cv.wait_for(lk, kPoll,
                             [&] { return !ex->deltas.empty() || !ex->traces.empty() || ex->done; });
             got.swap(ex->deltas);
+            got_tokens.swap(ex->delta_tokens);
             traces.swap(ex->traces);
-            // Token logprobs ride on the next event that carries text (or the final one).
-            if (!got.empty()) {
-              for (auto& e : ex->logprobs) lp_pending.push_back(std::move(e));
-              ex->logprobs.clear();
-            }
             done = ex->done;
           }
-          if (!got.empty() && !write(writer->Deltas(got, lp_pending))) return gone("client gone");
+          // One delta at a time, each with the tokens (and logprobs) whose text it shows first:
+          // several deltas taken at once must not put all their entries on the first event.
+          std::string events;
+          for (size_t i = 0; i < got.size(); ++i) {
+            DeltaTokens& t = got_tokens[i];
+            for (auto& e : t.logprobs) lp_pending.push_back(std::move(e));
+            writer->NoteTokens(t.ids);
+            events += writer->Deltas(std::span(got).subspan(i, 1), lp_pending);
+          }
+          if (!write(events)) return gone("client gone");
           std::string trace_text;
           for (const auto& t : traces) trace_text += writer->Trace(t);
           if (!write(trace_text)) return gone("client gone");

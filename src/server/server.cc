@@ -227,8 +227,13 @@ void Server::Impl::Setup() {
   for (const char* p : {"/v1/chat/completions", "/chat/completions"}) {
     Route("POST", p, [this](const http::Request& q, http::Response& r) { HandleChat(q, r); });
   }
-  for (const char* p : {"/v1/completions", "/completions"}) {
-    Route("POST", p, [this](const http::Request& q, http::Response& r) { HandleCompletion(q, r); });
+  Route("POST", "/v1/completions",
+        [this](const http::Request& q, http::Response& r) { HandleCompletion(q, r); });
+  for (const char* p : {"/completion", "/completions", "/infill"}) {
+    const bool infill = std::string_view(p) == "/infill";
+    Route("POST", p, [this, infill](const http::Request& q, http::Response& r) {
+      HandleNativeCompletion(q, r, infill);
+    });
   }
   const RouteSpec anthropic{.errors = ErrorShape::kAnthropic, .x_api_key = true};
   Route(

@@ -86,6 +86,8 @@ struct Server::Impl {
   std::unordered_map<std::string, RouteSpec> route_specs;
   void HandleChat(const http::Request& req, http::Response& res);
   void HandleCompletion(const http::Request& req, http::Response& res);
+  /// llama-server's native POST /completion (and /completions) and /infill (llama_native.cc).
+  void HandleNativeCompletion(const http::Request& req, http::Response& res, bool infill);
   void HandleMessages(const http::Request& req, http::Response& res);
   void HandleCountTokens(const http::Request& req, http::Response& res);
   void HandleResponses(const http::Request& req, http::Response& res);
@@ -109,6 +111,9 @@ struct Server::Impl {
   void Generate(const http::Request& req, http::Response& res, GenerationJob job);
   void RequireReady() const;
 };
+
+/// llama-server's "params" / generation_settings object of decoding parameters (props.cc).
+nlohmann::ordered_json ParamsJson(const decode::DecodeParams& p);
 
 /// Writes the error's body in `shape` with the error's status.
 void SendError(http::Response& res, const ApiError& e, ErrorShape shape = ErrorShape::kOpenAi);
