@@ -300,11 +300,7 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
     p.max_tokens = defaults.n_predict;  // serve -n N
     r.max_tokens_given = true;
   }
-  if (const json* v = Field(body, "n")) {
-    if (Integer(*v, "n", 1, 128) != 1) {
-      BadRequest("n", "only n = 1 is supported: send several requests for several choices");
-    }
-  }
+  if (const json* v = Field(body, "n")) r.n = static_cast<int>(Integer(*v, "n", 1, 128));
   decode::SamplingParams& s = p.sampling;
   if (const json* v = Field(body, "temperature"))
     s.temperature = static_cast<float>(Number(*v, "temperature", 0, 100));
@@ -633,23 +629,42 @@ CompletionRequest ParseCompletionRequest(const json& body, const RequestDefaults
   }
   const json* prompt = Field(body, "prompt");
   if (!prompt) BadRequest("prompt", "'prompt' is required");
-  const json* p = prompt;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  if (p->is_string()) {
-    r.prompt = p->get<std::string>();
-    if (r.prompt.empty()) BadRequest("prompt", "'prompt' must not be empty");
-  } else if (p->is_array()) {
-    if (p->empty()) BadRequest("prompt", "'prompt' must not be empty");
-    for (size_t i = 0; i < p->size(); ++i) {
-      const json& t = (*p)[i];
-      if (t.is_string()) BadRequest("prompt", "only one prompt per request is supported");
-      r.prompt_tokens.push_back(static_cast<int32_t>(Integer(
-          t, "prompt[" + std::to_string(i) + "]", 0, std::max<int64_t>(0, defaults.n_vocab - 1))));
+  // One prompt: a string or token ids. Several: a list of strings or of token-id lists.
+  auto one = [&](const json& p, const std::string& param) {
+    CompletionRequest::Prompt out;
+    if (p.is_string()) {
+      out.text = p.get<std::string>();
+      if (out.text.empty()) BadRequest(param, "'" + param + "' must not be empty");
+    } else if (p.is_array()) {
+      if (p.empty()) BadRequest(param, "'" + param + "' must not be empty");
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i].is_string()) BadRequest(param, "a prompt is a string or a list of token ids");
+        out.tokens.push_back(
+            static_cast<int32_t>(Integer(p[i], param + "[" + std::to_string(i) + "]", 0,
+                                         std::max<int64_t>(0, defaults.n_vocab - 1))));
+      }
+      out.tokens_given = true;
+    } else {
+      WrongType(param, "a string or an array of token ids", p);
     }
-    r.tokens_given = true;
+    return out;
+  };
+  std::vector<CompletionRequest::Prompt> prompts;
+  const bool several = prompt->is_array() && !prompt->empty() &&
+                       ((*prompt)[0].is_string() || (*prompt)[0].is_array());
+  if (several) {
+    for (size_t i = 0; i < prompt->size(); ++i)
+      prompts.push_back(one((*prompt)[i], "prompt[" + std::to_string(i) + "]"));
   } else {
-    WrongType("prompt", "a string or an array of token ids", *p);
+    prompts.push_back(one(*prompt, "prompt"));
   }
+  if (static_cast<int64_t>(prompts.size()) * r.n > 128)
+    BadRequest("prompt", "at most 128 choices per request (prompts x n)");
+  r.prompt = std::move(prompts[0].text);
+  r.prompt_tokens = std::move(prompts[0].tokens);
+  r.tokens_given = prompts[0].tokens_given;
+  r.more.assign(std::make_move_iterator(prompts.begin() + 1),
+                std::make_move_iterator(prompts.end()));
   return r;
 }
 

@@ -86,6 +86,7 @@ struct GenerationRequest {
   bool include_usage = false;  ///< stream_options.include_usage
   bool trace = false;  ///< stream_options.crossword_trace: per-pass block events (docs/server.md)
   bool cache_prompt = true;  ///< false: no prompt-cache reuse (llama-server's field)
+  int n = 1;                 ///< choices per prompt (OpenAI `n`), [1, 128]
   int logprobs = -1;         ///< -1: off; else alternatives per token (chat top_logprobs,
                              ///< completions logprobs); AR mode only
   /// Structured output asked for (response_format json_object / json_schema, llama-server's
@@ -113,11 +114,17 @@ struct ChatRequest : GenerationRequest {
   bool add_generation_prompt = true;  ///< false: the template's own ending, no new turn
 };
 
-/// A validated /v1/completions request (one prompt).
+/// A validated /v1/completions request: its first prompt, and any more (one choice each).
 struct CompletionRequest : GenerationRequest {
   std::string prompt;                  ///< text prompt, or
   std::vector<int32_t> prompt_tokens;  ///< token ids given directly
   bool tokens_given = false;
+  struct Prompt {
+    std::string text;
+    std::vector<int32_t> tokens;
+    bool tokens_given = false;
+  };
+  std::vector<Prompt> more;  ///< prompts after the first (`prompt` as a list of several)
 };
 
 /// Server-side defaults a request starts from.
@@ -141,8 +148,8 @@ void ParseGenerationFields(const nlohmann::ordered_json& body, const RequestDefa
 /// options, a schema outside the supported subset (naming the keyword), a malformed grammar.
 ChatRequest ParseChatRequest(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
-/// Validates a completion body (`prompt` as a string, a list of one string, token ids, or a list
-/// of one token-id list). Throws ApiError(400) like ParseChatRequest.
+/// Validates a completion body (`prompt` as a string, token ids, or a list of strings or of
+/// token-id lists: one prompt each). Throws ApiError(400) like ParseChatRequest.
 CompletionRequest ParseCompletionRequest(const nlohmann::ordered_json& body,
                                          const RequestDefaults& defaults);
 

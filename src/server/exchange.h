@@ -123,6 +123,8 @@ struct WriterContext {
   int64_t prompt_tokens = 0;   ///< tokens of the prompt (known before the first token)
   bool include_usage = false;  ///< OpenAI stream_options.include_usage
   bool logprobs = false;       ///< per-token logprobs asked for
+  int index = 0;               ///< the choice this writer answers (n > 1, several prompts)
+  bool last = true;            ///< the last choice: its stream tail ends the stream
   std::function<std::string(const char*)> new_id;  ///< fresh ids (tool calls, items)
 };
 
@@ -132,6 +134,7 @@ struct Finished {
   double first_token_at = -1;             ///< seconds from submit to the first token (-1: none)
   std::string stop_string;                ///< the stop string that ended the answer ("": none)
   std::vector<nlohmann::ordered_json> logprobs;  ///< token entries not yet written
+  nlohmann::ordered_json usage;                  ///< usage over every choice; null: from `outcome`
 };
 
 /// One API's answer format. A writer is used by one thread; for a stream the runner calls Head,

@@ -368,6 +368,7 @@ void Server::Impl::HandleNativeCompletion(const http::Request& req, http::Respon
   for (const char* f : {"logprobs", "top_logprobs"}) body.erase(f);  // OpenAI's, not native
   CompletionRequest r;
   ParseGenerationFields(body, defaults, r);
+  if (r.n != 1) BadRequest("n", "/completion answers one result: send n requests, or use /v1");
   if (!logit_bias.is_null()) NativeLogitBias(tok, logit_bias, n_vocab, r.params.sampling);
   if (const json* v = Field(body, "samplers")) NativeSamplers(*v, r.params.sampling);
   if (const json* v = Field(body, "n_probs"))

@@ -24,6 +24,7 @@ struct GenerationJob {
   const char* id_prefix = "chatcmpl-";    // of the response id
   std::function<std::unique_ptr<ProtocolWriter>(WriterContext)> writer;
   std::vector<int32_t> prompt;
+  std::vector<std::vector<int32_t>> more_prompts;  // /v1/completions: one choice each
   GenerationRequest gen;  // decoding parameters, stop strings, stream flags
   Exchange::Force force;  // tool-call forcing after the reasoning (armed when needed)
   OutputOptions output;

@@ -161,4 +161,50 @@ check("/infill: a clear 400 without FIM tokens, else a completion after <|fim_mi
   }
 });
 
+check("n > 1 on chat and completions: n choices, usage over all, streamed by index with one [DONE]", async () => {
+  const messages = [{ role: "user", content: "Name a colour." }];
+  const chatBody = { messages, max_tokens: 12, reasoning_format: "none", ignore_eos: true };
+  const single = (await post(base, "/v1/chat/completions", { ...chatBody, temperature: 0 })).body;
+  const greedy3 = (await post(base, "/v1/chat/completions", { ...chatBody, temperature: 0, n: 3 })).body;
+  assert.deepEqual(greedy3.choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of greedy3.choices) assert.equal(c.message.content, single.choices[0].message.content, "greedy: every choice the same");
+  assert.equal(greedy3.usage.completion_tokens, 36);
+  assert.equal(greedy3.usage.prompt_tokens, single.usage.prompt_tokens, "one prompt counted once");
+  const sampled = (await post(base, "/v1/chat/completions", { ...chatBody, temperature: 1.5, seed: 7, n: 3 })).body;
+  assert.ok(new Set(sampled.choices.map((c) => c.message.content)).size >= 2, "sampled choices differ: " + JSON.stringify(sampled.choices));
+  const events = await sse(base, "/v1/chat/completions", { ...chatBody, temperature: 0, n: 2, stream: true, stream_options: { include_usage: true } });
+  assert.equal(events.filter((e) => e === "[DONE]").length, 1);
+  assert.equal(events.at(-1), "[DONE]");
+  const chunks = events.filter((e) => e !== "[DONE]").map((e) => JSON.parse(e));
+  const text = ["", ""];
+  const finish = [null, null];
+  for (const c of chunks) {
+    for (const ch of c.choices) {
+      text[ch.index] += ch.delta?.content ?? "";
+      if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+    }
+  }
+  assert.deepEqual(text, [single.choices[0].message.content, single.choices[0].message.content]);
+  assert.deepEqual(finish, ["length", "length"]);
+  assert.equal(chunks.at(-1).usage.completion_tokens, 24);
+});
+
+check("several prompts in one /v1/completions request: one choice per prompt (and n each)", async () => {
+  const prompts = ["The capital of France is", "Once upon a time", "1, 2, 3,"];
+  const each = [];
+  for (const p of prompts) each.push((await post(base, "/v1/completions", { prompt: p, max_tokens: 6, temperature: 0 })).body.choices[0].text);
+  const r = (await post(base, "/v1/completions", { prompt: prompts, max_tokens: 6, temperature: 0 })).body;
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  assert.deepEqual(r.choices.map((c) => c.text), each);
+  const ids = [];
+  for (const p of prompts.slice(0, 2)) ids.push((await post(base, "/tokenize", { content: p })).body.tokens);
+  const byIds = (await post(base, "/v1/completions", { prompt: ids, max_tokens: 6, temperature: 0, n: 2 })).body;
+  assert.deepEqual(byIds.choices.map((c) => c.text), [each[0], each[0], each[1], each[1]]);
+  const events = (await sse(base, "/v1/completions", { prompt: prompts, max_tokens: 6, temperature: 0, stream: true })).filter((e) => e !== "[DONE]").map((e) => JSON.parse(e));
+  const text = ["", "", ""];
+  for (const c of events) for (const ch of c.choices) text[ch.index] += ch.text;
+  assert.deepEqual(text, each);
+  assert.equal((await post(base, "/v1/completions", { prompt: ["a", 5] })).status, 400);
+});
+
 await run([srv]);
