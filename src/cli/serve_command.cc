@@ -36,7 +36,8 @@ struct ServeFlags {
   std::string chat_template, chat_template_file, api_key_file;
   std::string metrics_compat = "none";
   int reasoning_budget = -1;
-  double drain_timeout = 20;  ///< seconds SIGTERM waits for requests in flight
+  std::string reasoning = "auto";  ///< --reasoning on|off|auto
+  double drain_timeout = 20;       ///< seconds SIGTERM waits for requests in flight
 };
 
 std::string ReadTextFile(const std::string& path, const char* flag) {
@@ -105,7 +106,8 @@ void Serve(ServeFlags& f) {
   Check(f.reasoning_budget == -1 || f.reasoning_budget == 0,
         "--reasoning-budget supports -1 (unrestricted) or 0 (thinking off), got {}",
         f.reasoning_budget);
-  if (f.reasoning_budget == 0) o.chat_template_kwargs["enable_thinking"] = false;
+  if (f.reasoning_budget == 0 || f.reasoning == "off")
+    o.chat_template_kwargs["enable_thinking"] = false;
   Check(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535] (got {})", o.port);
   Check(o.n_slots >= 1 && o.n_slots <= 256, "-np must be in [1, 256] (got {})", o.n_slots);
   Check(o.max_body_bytes >= 1024, "--max-body-size must be at least 1024 bytes");
@@ -250,6 +252,9 @@ void RegisterServeCommand(CLI::App& app) {
                   "deepseek: reasoning in reasoning_content; none: left in content")
       ->capture_default_str()
       ->envname("LLAMA_ARG_THINK");
+  cmd->add_option("--reasoning", f->reasoning,
+                  "llama-server's newer switch: on, off (thinking off by default) or auto")
+      ->check(CLI::IsMember({"on", "off", "auto"}));
   cmd->add_option("--reasoning-budget", f->reasoning_budget,
                   "-1: think freely; 0: thinking off by default")
       ->capture_default_str()
