@@ -97,7 +97,7 @@ check("line 2 (-ctk bf16 -np 4 -kvu -ub 2048 -tb 8 --seed 42 --cache-ram 0 ...) 
   assert.equal((await post()).choices[0].message.content, (await post()).choices[0].message.content);
 });
 
-const cw = (argv) => spawnSync(args.crossword, argv, { encoding: "utf8", timeout: 60000 });
+const cw = (argv, env = {}) => spawnSync(args.crossword, argv, { encoding: "utf8", timeout: 60000, env: { ...process.env, ...env } });
 
 check("-hf is refused (exit 2, nothing downloaded); an unknown multi-letter flag fails naming it", async () => {
   const hf = cw(["serve", "-hf", "unsloth/Clover-GGUF", "--port", "0"]);
@@ -125,6 +125,10 @@ check("crossword run takes llama-cli's names: -n, --temp, --seed, -ctk, -fa, -sy
   const cnv = cw(["run", "-m", M, "-cnv", "-p", "Hi"]);
   assert.equal(cnv.status, 2);
   assert.match(cnv.stderr, /-cnv is not supported: crossword run answers one prompt/);
+  const env = cw(["run", "-m", M, "-p", "Hi", "-t", "1", "--log-level", "warn", "--stats"], { LLAMA_ARG_N_PREDICT: "3", LLAMA_ARG_CACHE_TYPE_K: "q8_0" });
+  assert.equal(env.status, 0, env.stderr);
+  assert.match(env.stderr, /generated 3 tokens/, "LLAMA_ARG_N_PREDICT sets -n");
+  assert.match(env.stderr, /-ctk q8_0: the KV cache is stored as f16/, "LLAMA_ARG_CACHE_TYPE_K sets -ctk");
   const seedRandom = cw(["run", "-m", M, "-p", "Hi", "-n", "2", "-t", "1", "--seed", "-1", "--log-level", "warn"]);
   assert.equal(seedRandom.status, 0, "--seed -1 (a random seed) is a value, not a flag: " + seedRandom.stderr);
 });
