@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build install run test test-asan test-sanitizers fuzz fuzz-build bench train-tiny clean
+.PHONY: deps configure build install run test conformance test-asan test-sanitizers fuzz fuzz-build bench train-tiny clean
 
 deps:
 	@scripts/install-deps
@@ -24,7 +24,12 @@ run: build
 	@scripts/demo $(BUILD)
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600
+	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600 -LE conformance
+
+# llama.cpp's server test suite against `crossword serve` (tests/conformance; 100-250 s on 2 busy
+# cores: one server start per test, so it stays out of `make test`).
+conformance: build
+	@cd $(BUILD) && ctest --output-on-failure -L conformance
 
 test-asan:
 	@$(MAKE) --no-print-directory test BUILD=build-asan CMAKE_FLAGS="-DCROSSWORD_ASAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo"

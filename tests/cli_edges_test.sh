@@ -21,8 +21,8 @@ expect() {  # expect CODE PATTERN ARGS...: exit code CODE and PATTERN (grep -E) 
 }
 hw=$(nproc)
 # -n large enough to overflow prompt + n into a negative context.
-expect 2 "-n must be in \[1, 2147483647\] \(got 9223372036854775807\)" run -p hi -n 9223372036854775807
-expect 2 "-n must be in \[1, 2147483647\] \(got 0\)" run -p hi -n 0
+expect 2 "-n must be in \[1, 2147483647\], or -1 \(until the context is full\) \(got 9223372036854775807\)" run -p hi -n 9223372036854775807
+expect 2 "-n must be in \[1, 2147483647\], or -1 \(until the context is full\) \(got 0\)" run -p hi -n 0
 # An empty -p is named as such (not "no prompt given"); so is an empty file.
 expect 2 "the prompt \(-p\) is empty" run -p ""
 : >"$dir/empty.txt"

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "cli/bench_sweep.h"
 #include "cli/common.h"
+#include "cli/llama_flags.h"
 #include "kernels/kernels.h"
 
 namespace crossword::cli {
@@ -24,6 +25,7 @@ using Clock = std::chrono::steady_clock;
 
 struct BenchFlags {
   ModelFlags model;
+  std::shared_ptr<FlagNotes> notes = std::make_shared<FlagNotes>();
   int64_t n_prompt = 512;
   int64_t n_gen = 128;
   int reps = 5;
@@ -198,6 +200,9 @@ void RunBench(const BenchFlags& f) {
     Fail("bench: -p 0 and -n 0 leave nothing to measure; give -p N, -n N or --passes");
   // Everything but the result rows goes to stderr in JSON mode, so stdout is one object per line.
   FILE* info = f.output == "json" ? stderr : stdout;
+  const GgmlType kv_type = f.model.KvType(f.notes.get());
+  f.model.AddNotes(*f.notes);
+  f.notes->Print(f.model.MakeLogger());
   std::fprintf(info, "load average before: %s\n", LoadAverage().c_str());
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const model::Model& m = engine->model();
@@ -220,7 +225,7 @@ void RunBench(const BenchFlags& f) {
   model::ForwardContext& ctx = *ctx_owner;
   model::StateOptions so;
   so.n_ctx = std::max(f.n_prompt, f.n_gen) + f.block + 8;
-  so.kv_type = f.model.KvType();
+  so.kv_type = kv_type;
   so.max_record_tokens = f.block;
   auto st = x.NewState(so);
 
@@ -352,7 +357,8 @@ void RegisterBenchCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "bench",
       "measure prompt processing and generation speed (llama-bench style), optionally pass costs");
-  flags->model.Add(cmd, /*model_required=*/false);
+  flags->model.Add(cmd, kBench, /*model_required=*/false);
+  AddNoEffectFlags(cmd, kBench, flags->notes);
   cmd->add_option("-p,--n-prompt", flags->n_prompt, "prompt tokens of the pp test (0: skip)")
       ->capture_default_str();
   cmd->add_option("-n,--n-gen", flags->n_gen, "generated tokens of the tg test (0: skip)")

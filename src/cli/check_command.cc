@@ -117,7 +117,7 @@ void RegisterCheckCommand(CLI::App& app) {
   auto flags = std::make_shared<CheckFlags>();
   CLI::App* cmd = app.add_subcommand(
       "check", "ask known-answer questions in each decoding mode; fail on a wrong answer");
-  flags->model.Add(cmd, /*model_required=*/false);
+  flags->model.Add(cmd, kTool, /*model_required=*/false);
   cmd->add_option("--modes", flags->modes, "modes to check")->capture_default_str();
   cmd->add_option("-n,--n-predict", flags->n_predict, "answer tokens at most")
       ->capture_default_str();

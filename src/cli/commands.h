@@ -9,6 +9,8 @@ namespace crossword::cli {
 void RegisterRunCommand(CLI::App& app);
 /// `crossword check`.
 void RegisterCheckCommand(CLI::App& app);
+/// `crossword serve` (flags as llama-server's where they exist; docs/server.md).
+void RegisterServeCommand(CLI::App& app);
 /// `crossword logits`.
 void RegisterLogitsCommand(CLI::App& app);
 

@@ -103,7 +103,7 @@ void RegisterLogitsCommand(CLI::App& app) {
   auto flags = std::make_shared<LogitsFlags>();
   CLI::App* cmd =
       app.add_subcommand("logits", "print top-K log-probabilities per position as JSON lines");
-  flags->model.Add(cmd, /*model_required=*/false);
+  flags->model.Add(cmd, kTool, /*model_required=*/false);
   cmd->add_option("-p,--prompt", flags->prompt,
                   "text to evaluate (tokenized without special tokens)");
   cmd->add_option("--tokens", flags->tokens, "comma-separated token ids to evaluate");

@@ -9,8 +9,8 @@
 #include "chat/chat_commands.h"
 #include "cli/bench_command.h"
 #include "cli/commands.h"
+#include "cli/llama_flags.h"
 #include "engine/engine.h"
-#include "server/server_commands.h"
 #include "tokenizer/tokenizer_commands.h"
 #include "tools/gguf_commands.h"
 #include "tools/serve_bench_command.h"
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   crossword::tokenizer::RegisterTokenizerCommands(app, crossword::engine::EmbeddedModel());
   crossword::chat::RegisterChatCommands(app, crossword::engine::EmbeddedModel());
   crossword::tools::RegisterGgufCommands(app);
-  crossword::server::RegisterServerCommands(app);
+  crossword::cli::RegisterServeCommand(app);
 
   // CLI11 reports an unknown command as a missing one; name it and list the real ones.
   if (argc > 1 && argv[1][0] != '-') {
@@ -47,20 +47,19 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // llama.cpp spells the GPU layer count -ngl, which CLI11 cannot declare (one-letter short names
-  // only): it becomes --n-gpu-layers before parsing.
-  std::vector<std::string> args(argv, argv + argc);
-  std::vector<char*> arg_ptrs;
-  for (std::string& a : args) {
-    if (a == "-ngl") {
-      a = "--n-gpu-layers";
-    } else if (a.rfind("-ngl=", 0) == 0) {
-      a = "--n-gpu-layers=" + a.substr(5);
-    }
-    arg_ptrs.push_back(a.data());
-  }
+  // llama.cpp's multi-letter short flags (-ngl, -ctk, -fa, ...) are read whole: they become their
+  // long names before CLI11, which would bundle them (-ctk as -c tk); -hf and the like are refused.
+  std::vector<std::string> args;
   try {
-    app.parse(argc, arg_ptrs.data());
+    args = crossword::cli::NormalizeLlamaArgs(app, std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const crossword::Error& e) {
+    std::fprintf(stderr, "crossword: error: %s\n", e.what());
+    return 2;
+  }
+  std::vector<char*> arg_ptrs{argv[0]};
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();  // a command's own exit code (run: 130 after Ctrl-C)
   } catch (const CLI::ParseError& e) {

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/llama_flags.h"
 #include "grammar/json_schema.h"
 
 namespace crossword::cli {
@@ -21,6 +22,7 @@ namespace {
 struct RunFlags {
   ModelFlags model;
   DecodeFlags decode;
+  std::shared_ptr<FlagNotes> notes = std::make_shared<FlagNotes>();
   std::string prompt, file, system;
   std::string grammar_file, json_schema_file;
   bool chat = false, no_think = false, stats = false;
@@ -121,6 +123,9 @@ void Run(const RunFlags& f) {
   } else if (!f.json_schema_file.empty()) {
     gbnf = grammar::JsonSchemaToGbnf(std::string_view(ReadFile(f.json_schema_file, "schema")));
   }
+  const GgmlType kv_type = f.model.KvType(f.notes.get());
+  f.model.AddNotes(*f.notes);
+  f.notes->Print(f.model.MakeLogger());
   InterruptWatch interrupt;  // before the engine starts its threads: they inherit the mask
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const Logger& log = engine->logger();
@@ -132,6 +137,10 @@ void Run(const RunFlags& f) {
         f.model.n_ctx, n_train, n_train);
   }
   decode::DecodeParams params = f.decode.Apply(engine->DefaultDecodeParams());
+  if (f.model.batch) {
+    if (*f.model.batch < 1) Fail("-b must be >= 1 (got {})", *f.model.batch);
+    params.prefill_chunk = *f.model.batch;
+  }
   std::vector<int32_t> prompt;
   if (f.chat) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -161,7 +170,7 @@ void Run(const RunFlags& f) {
   if (static_cast<int64_t>(prompt.size()) >= f.model.n_ctx) {
     Fail("the prompt has {} tokens; the context (-c) holds {}", prompt.size(), f.model.n_ctx);
   }
-  auto state = engine->NewState(n_ctx, f.model.KvType());
+  auto state = engine->NewState(n_ctx, kv_type);
   log.Info("model {} loaded in {:.2f} s; {} prompt tokens; mode {}", engine->model_name(),
            engine->load_seconds(), prompt.size(), decode::ModeName(params.mode));
 
@@ -271,16 +280,18 @@ void Run(const RunFlags& f) {
 void RegisterRunCommand(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt, streaming it to stdout");
-  flags->model.Add(cmd, /*model_required=*/false);
-  flags->decode.Add(cmd);
+  flags->model.Add(cmd, kRun, /*model_required=*/false);
+  flags->decode.Add(cmd, kRun);
+  AddNoEffectFlags(cmd, kRun, flags->notes);
   auto* p = cmd->add_option("-p,--prompt", flags->prompt, "prompt text");
   cmd->add_option("-f,--file", flags->file, "read the prompt from a file");
   cmd->add_flag("--chat", flags->chat, "wrap the prompt in the model's chat template");
-  cmd->add_option("--system", flags->system, "system message (with --chat)");
+  cmd->add_option("--system,--system-prompt", flags->system,
+                  "system message (with --chat; llama-cli's -sys)");
   cmd->add_flag("--no-think", flags->no_think, "render the template with enable_thinking = false");
   auto* g = cmd->add_option("--grammar-file", flags->grammar_file,
                             "constrain the answer to a GBNF grammar (llama.cpp's syntax)");
-  auto* j = cmd->add_option("--json-schema", flags->json_schema_file,
+  auto* j = cmd->add_option("--json-schema,--json-schema-file", flags->json_schema_file,
                             "constrain the answer to JSON valid under the JSON Schema in this file "
                             "(docs/structured-output.md: the supported subset)");
   g->excludes(j);

@@ -91,6 +91,15 @@ DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
     if (*draft_max != kDraftAuto) p.draft_max = *draft_max;
   }
   if (draft_p_min) p.draft_p_min = static_cast<float>(*draft_p_min);
+  SamplingParams& s = p.sampling;
+  if (temperature) s.temperature = static_cast<float>(*temperature);
+  if (top_k) s.top_k = *top_k;
+  if (top_p) s.top_p = static_cast<float>(*top_p);
+  if (min_p) s.min_p = static_cast<float>(*min_p);
+  if (seed) s.seed = *seed;
+  if (presence) s.presence_penalty = static_cast<float>(*presence);
+  if (frequency) s.frequency_penalty = static_cast<float>(*frequency);
+  if (repeat) s.repetition_penalty = static_cast<float>(*repeat);
   return p;
 }
 

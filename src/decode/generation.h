@@ -95,7 +95,8 @@ enum class ParamNames : uint8_t { kFlags, kFields };
 void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
 
 /// The decoding settings a user picks over a model's defaults: the flags of `run` and `serve`
-/// (--mode, --block-size, --threshold, --draft-max, --draft-p-min), held once for both.
+/// (--mode, --block-size, --threshold, --draft-max, --draft-p-min and the sampling defaults
+/// --temp, --top-k, --top-p, --min-p, --seed and the penalties), held once for both.
 struct DecodeOverrides {
   std::string mode = "ar";          ///< ar | diffusion | spec
   std::optional<int> block_size;    ///< tokens; unset: the model's (0 is out of range)
@@ -104,6 +105,10 @@ struct DecodeOverrides {
   std::optional<int> draft_max;
   std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
   bool draft_expert_budget = false;   ///< spec drafts route among the seed's experts only
+  // Sampling defaults (unset: the model's; llama.cpp's flag meanings).
+  std::optional<double> temperature, top_p, min_p, presence, frequency, repeat;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
 
   /// `p` with these settings over it. Throws crossword::Error naming --mode on an unknown mode;
   /// the ranges are left to CheckDecodeRanges, so that a caller can check before a model's

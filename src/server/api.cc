@@ -284,6 +284,8 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
     p.draft_p_min = static_cast<float>(Number(*v, prefix + "draft_p_min", 0.0, 1.0));
 }
 
+}  // namespace
+
 void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
                            GenerationRequest& r) {
   CheckIgnoredFields(body);
@@ -295,11 +297,11 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
       r.max_tokens_given = true;
     }
   }
-  if (const json* v = Field(body, "n")) {
-    if (Integer(*v, "n", 1, 128) != 1) {
-      BadRequest("n", "only n = 1 is supported: send several requests for several choices");
-    }
+  if (!r.max_tokens_given && defaults.n_predict > 0) {
+    p.max_tokens = defaults.n_predict;  // serve -n N
+    r.max_tokens_given = true;
   }
+  if (const json* v = Field(body, "n")) r.n = static_cast<int>(Integer(*v, "n", 1, 128));
   decode::SamplingParams& s = p.sampling;
   if (const json* v = Field(body, "temperature"))
     s.temperature = static_cast<float>(Number(*v, "temperature", 0, 100));
@@ -327,7 +329,7 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
     if (!v->is_number_integer() && !v->is_number_unsigned()) WrongType("seed", "an integer", *v);
     s.seed =
         v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
-  } else if (!s.greedy()) {
+  } else if (!s.greedy() && !defaults.fixed_seed) {
     s.seed = std::random_device{}();  // OpenAI: sampling without a seed is not reproducible
   }
   if (const json* v = Field(body, "logit_bias")) {
@@ -399,6 +401,8 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
   if (const json* v = Field(body, "crossword"))
     ApplyDecodingExtension(Object(*v, "crossword"), "crossword.", p);
 }
+
+namespace {
 
 json NormalizeToolCall(const json& call, const std::string& param) {
   Object(call, param);
@@ -591,7 +595,7 @@ CompletionRequest ParseCompletionRequest(const json& body, const RequestDefaults
   CompletionRequest r;
   ParseGenerationFields(body, defaults, r);
   if (!Field(body, "max_tokens") && !Field(body, "n_predict") &&
-      !Field(body, "max_completion_tokens")) {
+      !Field(body, "max_completion_tokens") && defaults.n_predict <= 0) {
     r.params.max_tokens = 16;  // OpenAI's default for completions
     r.max_tokens_given = true;
   }
@@ -606,23 +610,42 @@ CompletionRequest ParseCompletionRequest(const json& body, const RequestDefaults
   }
   const json* prompt = Field(body, "prompt");
   if (!prompt) BadRequest("prompt", "'prompt' is required");
-  const json* p = prompt;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  if (p->is_string()) {
-    r.prompt = p->get<std::string>();
-    if (r.prompt.empty()) BadRequest("prompt", "'prompt' must not be empty");
-  } else if (p->is_array()) {
-    if (p->empty()) BadRequest("prompt", "'prompt' must not be empty");
-    for (size_t i = 0; i < p->size(); ++i) {
-      const json& t = (*p)[i];
-      if (t.is_string()) BadRequest("prompt", "only one prompt per request is supported");
-      r.prompt_tokens.push_back(static_cast<int32_t>(Integer(
-          t, "prompt[" + std::to_string(i) + "]", 0, std::max<int64_t>(0, defaults.n_vocab - 1))));
+  // One prompt: a string or token ids. Several: a list of strings or of token-id lists.
+  auto one = [&](const json& p, const std::string& param) {
+    CompletionRequest::Prompt out;
+    if (p.is_string()) {
+      out.text = p.get<std::string>();
+      if (out.text.empty()) BadRequest(param, "'" + param + "' must not be empty");
+    } else if (p.is_array()) {
+      if (p.empty()) BadRequest(param, "'" + param + "' must not be empty");
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i].is_string()) BadRequest(param, "a prompt is a string or a list of token ids");
+        out.tokens.push_back(
+            static_cast<int32_t>(Integer(p[i], param + "[" + std::to_string(i) + "]", 0,
+                                         std::max<int64_t>(0, defaults.n_vocab - 1))));
+      }
+      out.tokens_given = true;
+    } else {
+      WrongType(param, "a string or an array of token ids", p);
     }
-    r.tokens_given = true;
+    return out;
+  };
+  std::vector<CompletionRequest::Prompt> prompts;
+  const bool several = prompt->is_array() && !prompt->empty() &&
+                       ((*prompt)[0].is_string() || (*prompt)[0].is_array());
+  if (several) {
+    for (size_t i = 0; i < prompt->size(); ++i)
+      prompts.push_back(one((*prompt)[i], "prompt[" + std::to_string(i) + "]"));
   } else {
-    WrongType("prompt", "a string or an array of token ids", *p);
+    prompts.push_back(one(*prompt, "prompt"));
   }
+  if (static_cast<int64_t>(prompts.size()) * r.n > 128)
+    BadRequest("prompt", "at most 128 choices per request (prompts x n)");
+  r.prompt = std::move(prompts[0].text);
+  r.prompt_tokens = std::move(prompts[0].tokens);
+  r.tokens_given = prompts[0].tokens_given;
+  r.more.assign(std::make_move_iterator(prompts.begin() + 1),
+                std::make_move_iterator(prompts.end()));
   return r;
 }
 

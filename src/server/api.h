@@ -92,6 +92,7 @@ struct GenerationRequest {
   bool include_usage = false;  ///< stream_options.include_usage
   bool trace = false;  ///< stream_options.crossword_trace: per-pass block events (docs/server.md)
   bool cache_prompt = true;  ///< false: no prompt-cache reuse (llama-server's field)
+  int n = 1;                 ///< choices per prompt (OpenAI `n`), [1, 128]
   int logprobs = -1;         ///< -1: off; else alternatives per token (chat top_logprobs,
                              ///< completions logprobs); AR mode only
   /// Structured output asked for (response_format json_object / json_schema, llama-server's
@@ -119,11 +120,17 @@ struct ChatRequest : GenerationRequest {
   bool add_generation_prompt = true;  ///< false: the template's own ending, no new turn
 };
 
-/// A validated /v1/completions request (one prompt).
+/// A validated /v1/completions request: its first prompt, and any more (one choice each).
 struct CompletionRequest : GenerationRequest {
   std::string prompt;                  ///< text prompt, or
   std::vector<int32_t> prompt_tokens;  ///< token ids given directly
   bool tokens_given = false;
+  struct Prompt {
+    std::string text;
+    std::vector<int32_t> tokens;
+    bool tokens_given = false;
+  };
+  std::vector<Prompt> more;  ///< prompts after the first (`prompt` as a list of several)
 };
 
 /// Server-side defaults a request starts from.
@@ -132,15 +139,23 @@ struct RequestDefaults {
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  ///< --chat-template-kwargs
   int64_t n_vocab = 0;                                               ///< for logit_bias ids
+  bool fixed_seed = false;  ///< --seed given: a request without "seed" uses params' seed
+  int64_t n_predict = -1;   ///< -n: max_tokens of a request that gives none (-1: context left)
 };
+
+/// The fields every generation endpoint shares (max_tokens / n_predict, sampling, logit_bias,
+/// stop, stream, ignore_eos, cache_prompt, logprobs, structured output, decoding mode), applied
+/// over `defaults` into `r`. Throws ApiError(400) naming the field.
+void ParseGenerationFields(const nlohmann::ordered_json& body, const RequestDefaults& defaults,
+                           GenerationRequest& r);
 
 /// Validates a chat completion body (see docs/server.md for every field). Throws ApiError(400)
 /// naming the field on wrong types, out-of-range values, empty messages, n > 1, unsupported
 /// options, a schema outside the supported subset (naming the keyword), a malformed grammar.
 ChatRequest ParseChatRequest(const nlohmann::ordered_json& body, const RequestDefaults& defaults);
 
-/// Validates a completion body (`prompt` as a string, a list of one string, token ids, or a list
-/// of one token-id list). Throws ApiError(400) like ParseChatRequest.
+/// Validates a completion body (`prompt` as a string, token ids, or a list of strings or of
+/// token-id lists: one prompt each). Throws ApiError(400) like ParseChatRequest.
 CompletionRequest ParseCompletionRequest(const nlohmann::ordered_json& body,
                                          const RequestDefaults& defaults);
 

@@ -227,6 +227,11 @@ void Server::Impl::HandleCompletion(const http::Request& req, http::Response& re
   job.prompt = r.tokens_given ? r.prompt_tokens
                               : engine->tokenizer().Encode(r.prompt, /*parse_special=*/true);
   if (job.prompt.empty()) BadRequest("prompt", "the prompt encodes to no tokens");
+  for (const auto& p : r.more) {
+    job.more_prompts.push_back(
+        p.tokens_given ? p.tokens : engine->tokenizer().Encode(p.text, /*parse_special=*/true));
+    if (job.more_prompts.back().empty()) BadRequest("prompt", "a prompt encodes to no tokens");
+  }
   job.output.stop = r.stop;
   job.output.parse = false;
   r.params.think_open = engine->ThinkOpen(job.prompt);
@@ -256,20 +261,20 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
       ex->force.triggered = true;  // the reasoning ended: stop here, continue with the call
       go = false;
     }
-    json lp;
+    ex->held.ids.push_back(token);
     if (ex->top_logprobs >= 0 && !logits.empty())
-      lp = TokenLogprob(*tok, token, logits, ex->top_logprobs);
+      ex->held.logprobs.push_back(TokenLogprob(*tok, token, logits, ex->top_logprobs));
+    const bool any = !ex->scratch.empty();
     {
       std::lock_guard lk(ex->mu);
-      if (!lp.is_null()) ex->logprobs.push_back(std::move(lp));
       if (ex->first_token_at < 0) {
         ex->first_token_at = std::chrono::duration<double>(Clock::now() - ex->submitted).count();
       }
-      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+      ex->PushDeltas(ex->scratch, ex->held);
     }
     // Only a streaming reader has a use for new deltas; waking a non-streaming one per token
     // costs a futex call and a context switch per token on a machine whose cores are computing.
-    if (ex->streaming && !ex->scratch.empty()) ex->cv.notify_all();
+    if (ex->streaming && any) ex->cv.notify_all();
     return go;
   };
   if (ex->trace && ex->params.mode != decode::Mode::kAr) {
@@ -288,8 +293,7 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
       ex->params.think_open = false;
       ex->params.grammar = ex->force.grammar;  // the call is constrained, the reasoning was not
       std::lock_guard lk(ex->mu);
-      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
-      ex->scratch.clear();
+      ex->PushDeltas(ex->scratch, ex->held);
       if (!ex->cancelled && ex->params.max_tokens >= 1 &&
           static_cast<int64_t>(ex->prompt.size()) < n_ctx_slot) {
         try {
@@ -321,7 +325,11 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
     request_metrics.OnRequestDone(merged, ex->first_token_at);  // once per client request
     {
       std::lock_guard lk(ex->mu);
-      for (auto& d : ex->scratch) ex->deltas.push_back(std::move(d));
+      ex->PushDeltas(ex->scratch, ex->held);
+      // Tokens whose text never showed (an end-of-generation token, a stop string's tail): their
+      // entries go with the end.
+      for (auto& e : ex->held.logprobs) ex->logprobs.push_back(std::move(e));
+      ex->held = {};
       ex->outcome = std::move(merged);
       ex->stopped = ex->stream.stopped_by_string();
       ex->stop_string = ex->stream.stop_string();
@@ -338,18 +346,23 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
   const std::shared_ptr<void> in_flight_guard(nullptr, [this](void*) { --in_flight; });
   if (draining.load())
     throw ApiError(503, "unavailable_error", "", "the server is shutting down; retry elsewhere");
-  const int64_t n_prompt = static_cast<int64_t>(job.prompt.size());
-  if (n_prompt >= n_ctx_slot) {
-    throw ApiError(
-        400, "invalid_request_error", job.prompt_param,
-        fmt::format(
-            "the prompt has {} tokens but a slot's context holds {} (prompt + answer); shorten "
-            "it or start the server with a larger -c",
-            n_prompt, n_ctx_slot),
-        "context_length_exceeded");
+  // One exchange per choice: each prompt (several on /v1/completions) n times (OpenAI `n`).
+  std::vector<std::vector<int32_t>> prompts{std::move(job.prompt)};
+  for (auto& p : job.more_prompts) prompts.push_back(std::move(p));
+  const int n = std::max(1, job.gen.n);
+  for (const auto& p : prompts) {
+    const int64_t n_prompt = static_cast<int64_t>(p.size());
+    if (n_prompt >= n_ctx_slot) {
+      throw ApiError(
+          400, "invalid_request_error", job.prompt_param,
+          fmt::format(
+              "the prompt has {} tokens but a slot's context holds {} (prompt + answer); shorten "
+              "it or start the server with a larger -c",
+              n_prompt, n_ctx_slot),
+          "context_length_exceeded");
+    }
   }
   decode::DecodeParams& params = job.gen.params;
-  if (!job.gen.max_tokens_given) params.max_tokens = n_ctx_slot - n_prompt;
   if (params.mode != decode::Mode::kAr && params.block_size > scheduler->options().max_block_size) {
     BadRequest("crossword.block_size",
                fmt::format("block_size {} exceeds this server's --max-block-size {}",
@@ -362,23 +375,39 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
     BadRequest("crossword.mode", "this model has no mask token: only mode \"ar\" is available");
   }
 
-  auto ex = std::make_shared<Exchange>(engine->tokenizer(), job.output);
-  ex->stream.Begin(ex->deltas);
-  ex->force = std::move(job.force);
-  ex->prompt = job.prompt;
-  ex->params = params;
-  ex->use_cache = job.gen.cache_prompt;
-  ex->streaming = job.gen.stream;
-  ex->trace = job.gen.stream && job.gen.trace;
-  ex->top_logprobs = job.gen.logprobs;
-  ex->submitted = Clock::now();
-  try {
-    auto handle = SubmitPart(ex);
-    std::lock_guard lk(ex->mu);
-    if (!ex->handle) ex->handle = std::move(handle);  // unless a continuation already runs
-  } catch (const Error& e) {
-    throw ApiError(503, "unavailable_error", "", e.what());
+  std::vector<std::shared_ptr<Exchange>> exs;
+  auto cancel_all = [&exs] {
+    for (auto& e : exs) e->Cancel();
+  };
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    for (int c = 0; c < n; ++c) {
+      auto ex = std::make_shared<Exchange>(engine->tokenizer(), job.output);
+      ex->stream.Begin(ex->deltas);
+      ex->delta_tokens.resize(ex->deltas.size());
+      ex->force = job.force;
+      ex->prompt = prompts[pi];
+      ex->params = params;
+      if (!job.gen.max_tokens_given)
+        ex->params.max_tokens = n_ctx_slot - static_cast<int64_t>(prompts[pi].size());
+      // The copies of one prompt sample apart (with a request seed: seed, seed + 1, ...).
+      ex->params.sampling.seed += static_cast<uint64_t>(c);
+      ex->use_cache = job.gen.cache_prompt;
+      ex->streaming = job.gen.stream;
+      ex->trace = job.gen.stream && job.gen.trace;
+      ex->top_logprobs = job.gen.logprobs;
+      ex->submitted = Clock::now();
+      exs.push_back(ex);
+      try {
+        auto handle = SubmitPart(ex);
+        std::lock_guard lk(ex->mu);
+        if (!ex->handle) ex->handle = std::move(handle);  // unless a continuation already runs
+      } catch (const Error& e) {
+        cancel_all();
+        throw ApiError(503, "unavailable_error", "", e.what());
+      }
+    }
   }
+  const size_t k = exs.size();
 
   WriterContext wc;
   wc.id = NewId(job.id_prefix);
@@ -387,15 +416,21 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
                    .count();
   wc.model = model_name;
   wc.mode = params.mode;
-  wc.prompt_tokens = n_prompt;
   wc.include_usage = job.gen.include_usage;
   wc.logprobs = job.gen.logprobs >= 0;
   wc.new_id = [this](const char* prefix) { return NewId(prefix); };
   const std::string id = wc.id;
-  std::shared_ptr<ProtocolWriter> writer = job.writer(std::move(wc));
+  std::vector<std::shared_ptr<ProtocolWriter>> writers;
+  for (size_t i = 0; i < k; ++i) {
+    WriterContext w = wc;
+    w.index = static_cast<int>(i);
+    w.last = i + 1 == k;
+    w.prompt_tokens = static_cast<int64_t>(exs[i]->prompt.size());
+    writers.push_back(job.writer(std::move(w)));
+  }
   const decode::Mode mode = params.mode;
   const std::string prompt_text = std::move(job.prompt_text);
-  auto log_line = [this, mode, id, prompt_text](const Exchange& e, const char* how) {
+  auto log_line = [this, mode, id, prompt_text, k](const Exchange& e, const char* how) {
     const auto& o = e.outcome;
     const Timings t = TimingsOf(o, e.first_token_at);
     const double tps =
@@ -406,45 +441,83 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
         how, id, o.slot, o.prompt_tokens, o.cached_tokens, o.output.size(),
         decode::FinishReasonName(o.finish), t.queue_s, t.prompt_s, t.gen_s, tps,
         decode::ModeName(mode), o.stats.tokens_per_pass());
+    if (k > 1) s += fmt::format(" | {} choices", k);
     if (!o.error.empty()) s += " | error: " + o.error;
     if (options.log_prompts) {
       log.Info("{} prompt: {}", id, prompt_text);
     }
     return s;
   };
+  // Usage over every choice (OpenAI: each distinct prompt counted once). Under each lock.
+  auto total_usage = [exs, n]() {
+    int64_t prompt = 0, cached = 0, out = 0;
+    for (size_t i = 0; i < exs.size(); ++i) {
+      std::lock_guard lk(exs[i]->mu);
+      const auto& o = exs[i]->outcome;
+      if (i % static_cast<size_t>(n) == 0) {
+        prompt += o.prompt_tokens;
+        cached += o.cached_tokens;
+      }
+      out += static_cast<int64_t>(o.output.size());
+    }
+    return json{{"prompt_tokens", prompt},
+                {"completion_tokens", out},
+                {"total_tokens", prompt + out},
+                {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  };
 
   if (!job.gen.stream) {
-    for (;;) {
-      std::unique_lock lk(ex->mu);
-      if (ex->cv.wait_for(lk, kPoll, [&] { return ex->done; })) break;
-      lk.unlock();
-      if (stopping.load()) {
-        ex->Cancel();
-        SetLogExtra(req, fmt::format("| {} server stopping, cancelled", id));
-        throw ApiError(503, "server_error", "", "the server is shutting down");
-      }
-      if (req.PeerClosed()) {
-        ex->Cancel();
-        SetLogExtra(req, fmt::format("| {} client gone, cancelled", id));
-        throw ApiError(499, "invalid_request_error", "", "the client closed the connection");
+    for (const auto& ex : exs) {
+      for (;;) {
+        std::unique_lock lk(ex->mu);
+        if (ex->cv.wait_for(lk, kPoll, [&] { return ex->done; })) break;
+        lk.unlock();
+        if (stopping.load()) {
+          cancel_all();
+          SetLogExtra(req, fmt::format("| {} server stopping, cancelled", id));
+          throw ApiError(503, "server_error", "", "the server is shutting down");
+        }
+        if (req.PeerClosed()) {
+          cancel_all();
+          SetLogExtra(req, fmt::format("| {} client gone, cancelled", id));
+          throw ApiError(499, "invalid_request_error", "", "the client closed the connection");
+        }
       }
     }
-    std::lock_guard lk(ex->mu);
-    if (!ex->outcome.error.empty()) {
-      SetLogExtra(req, log_line(*ex, "failed"));
-      throw ApiError(500, "server_error", "", "generation failed: " + ex->outcome.error);
-    }
-    Finished f{ex->outcome, ex->first_token_at, ex->stop_string, std::move(ex->logprobs)};
-    const json body = writer->Final(ex->deltas, f);
-    if (options.log_prompts) {
-      MessageBuilder mb;
-      for (const auto& d : ex->deltas) mb.Add(d);
-      log.Info("{} answer: {}{}", id,
-               mb.reasoning.empty() ? "" : "[reasoning] " + mb.reasoning + " [/reasoning] ",
-               mb.content);
+    const json usage = k > 1 ? total_usage() : json();
+    json body;
+    for (size_t i = 0; i < k; ++i) {
+      Exchange& ex = *exs[i];
+      std::lock_guard lk(ex.mu);
+      if (!ex.outcome.error.empty()) {
+        SetLogExtra(req, log_line(ex, "failed"));
+        throw ApiError(500, "server_error", "", "generation failed: " + ex.outcome.error);
+      }
+      std::vector<json> all_lps;
+      for (auto& t : ex.delta_tokens) {
+        for (auto& e : t.logprobs) all_lps.push_back(std::move(e));
+      }
+      for (auto& e : ex.logprobs) all_lps.push_back(std::move(e));
+      Finished f{ex.outcome, ex.first_token_at, ex.stop_string, std::move(all_lps), usage};
+      json b = writers[i]->Final(ex.deltas, f);
+      if (i == 0) {
+        body = std::move(b);
+      } else {
+        body["choices"].push_back(b["choices"][0]);
+      }
+      if (options.log_prompts) {
+        MessageBuilder mb;
+        for (const auto& d : ex.deltas) mb.Add(d);
+        log.Info("{} answer: {}{}", id,
+                 mb.reasoning.empty() ? "" : "[reasoning] " + mb.reasoning + " [/reasoning] ",
+                 mb.content);
+      }
     }
     res.set_content(Dump(body), "application/json");
-    SetLogExtra(req, log_line(*ex, "done"));
+    {
+      std::lock_guard lk(exs[0]->mu);
+      SetLogExtra(req, log_line(*exs[0], "done"));
+    }
     return;
   }
 
@@ -452,72 +525,100 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ex, writer, &req, log_line, id](size_t, http::DataSink& sink) {
+      [this, exs, writers, &req, log_line, id, total_usage, k](size_t, http::DataSink& sink) {
         auto write = [&](const std::string& s) {
           return s.empty() || sink.write(s.data(), s.size());
         };
         auto gone = [&](const char* why) {
-          ex->Cancel();
+          for (auto& e : exs) e->Cancel();
           SetLogExtra(req, fmt::format("| {} {}, cancelled", id, why));
           return false;
         };
-        if (!write(writer->Head())) return gone("client gone");
-        std::vector<json> lp_pending;
+        std::string head;
+        for (auto& w : writers) head += w->Head();
+        if (!write(head)) return gone("client gone");
+        std::vector<std::vector<json>> lp_pending(k);
+        std::vector<bool> finished(k, false);
         for (;;) {
-          std::vector<chat::StreamDelta> got;
-          std::vector<PassTrace> traces;
-          bool done;
-          {
-            std::unique_lock lk(ex->mu);
-            ex->cv.wait_for(lk, kPoll,
-                            [&] { return !ex->deltas.empty() || !ex->traces.empty() || ex->done; });
-            got.swap(ex->deltas);
-            traces.swap(ex->traces);
-            // Token logprobs ride on the next event that carries text (or the final one).
-            if (!got.empty()) {
-              for (auto& e : ex->logprobs) lp_pending.push_back(std::move(e));
-              ex->logprobs.clear();
+          bool all_done = true, any = false;
+          std::string events;
+          for (size_t c = 0; c < k; ++c) {
+            Exchange& ex = *exs[c];
+            std::vector<chat::StreamDelta> got;
+            std::vector<DeltaTokens> got_tokens;
+            std::vector<PassTrace> traces;
+            {
+              std::unique_lock lk(ex.mu);
+              if (k == 1) {
+                ex.cv.wait_for(lk, kPoll,
+                               [&] { return !ex.deltas.empty() || !ex.traces.empty() || ex.done; });
+              }
+              got.swap(ex.deltas);
+              got_tokens.swap(ex.delta_tokens);
+              traces.swap(ex.traces);
+              finished[c] = ex.done;
             }
-            done = ex->done;
+            any = any || !got.empty() || !traces.empty();
+            all_done = all_done && finished[c];
+            // One delta at a time, each with the tokens (and logprobs) whose text it shows
+            // first: several deltas taken at once must not put all their entries on the first.
+            for (size_t i = 0; i < got.size(); ++i) {
+              DeltaTokens& t = got_tokens[i];
+              for (auto& e : t.logprobs) lp_pending[c].push_back(std::move(e));
+              writers[c]->NoteTokens(t.ids);
+              events += writers[c]->Deltas(std::span(got).subspan(i, 1), lp_pending[c]);
+            }
+            for (const auto& t : traces) events += writers[c]->Trace(t);
           }
-          if (!got.empty() && !write(writer->Deltas(got, lp_pending))) return gone("client gone");
-          std::string trace_text;
-          for (const auto& t : traces) trace_text += writer->Trace(t);
-          if (!write(trace_text)) return gone("client gone");
-          if (done) break;
+          if (!write(events)) return gone("client gone");
+          if (all_done) break;
           if (stopping.load()) {
             // Shutting down: the client gets a proper end (an error event, and [DONE] where the
             // protocol has one), not a connection cut mid-stream.
-            ex->Cancel();
+            for (auto& e : exs) e->Cancel();
             SetLogExtra(req, fmt::format("| {} server stopping, cancelled", id));
-            write(writer->StreamError(ApiError(503, "server_error", "",
-                                               "the server is shutting down; the answer is cut")));
+            write(writers.back()->StreamError(ApiError(
+                503, "server_error", "", "the server is shutting down; the answer is cut")));
             sink.done();
             return true;
           }
           if (req.PeerClosed()) return gone("client gone");
-        }
-        std::string tail;
-        {
-          std::lock_guard lk(ex->mu);
-          if (!ex->outcome.error.empty()) {
-            tail = writer->StreamError(
-                ApiError(500, "server_error", "", "generation failed: " + ex->outcome.error));
-          } else {
-            for (auto& e : ex->logprobs) lp_pending.push_back(std::move(e));
-            ex->logprobs.clear();
-            Finished f{ex->outcome, ex->first_token_at, ex->stop_string, std::move(lp_pending)};
-            tail = writer->Tail(f);
+          if (k > 1 && !any) {  // several choices: wait a little on the first unfinished one
+            for (size_t c = 0; c < k; ++c) {
+              if (finished[c]) continue;
+              std::unique_lock lk(exs[c]->mu);
+              exs[c]->cv.wait_for(lk, std::chrono::milliseconds(5));
+              break;
+            }
           }
-          SetLogExtra(req, log_line(*ex, ex->outcome.error.empty() ? "done" : "failed"));
+        }
+        const json usage = k > 1 ? total_usage() : json();
+        std::string tail;
+        for (size_t c = 0; c < k; ++c) {
+          Exchange& ex = *exs[c];
+          std::lock_guard lk(ex.mu);
+          if (!ex.outcome.error.empty()) {
+            tail += writers[c]->StreamError(
+                ApiError(500, "server_error", "", "generation failed: " + ex.outcome.error));
+            SetLogExtra(req, log_line(ex, "failed"));
+            break;
+          }
+          for (auto& e : ex.logprobs) lp_pending[c].push_back(std::move(e));
+          ex.logprobs.clear();
+          Finished f{ex.outcome, ex.first_token_at, ex.stop_string, std::move(lp_pending[c]),
+                     usage};
+          tail += writers[c]->Tail(f);
+          if (c == 0) SetLogExtra(req, log_line(ex, "done"));
         }
         if (!write(tail)) return false;
         sink.done();
         return true;
       },
-      [ex, in_flight_guard](bool success) {
+      [exs, in_flight_guard](bool success) {
         (void)in_flight_guard;  // held until the transport releases the finished stream
-        if (!success) ex->Cancel();
+        if (!success) {
+          for (auto& e : exs) e->Cancel();
+        }
       });
 }
 

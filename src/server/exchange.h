@@ -40,6 +40,14 @@ struct PassTrace {
 /// tokens_per_pass}.
 nlohmann::ordered_json TraceJson(const PassTrace& t);
 
+/// The sampled tokens whose text a delta carries first (their ids and, when asked for, their
+/// logprob entries): a token whose text is held back (a partial stop string, an incomplete UTF-8
+/// sequence, markup being parsed) rides on the first delta that shows it.
+struct DeltaTokens {
+  std::vector<int32_t> ids;
+  std::vector<nlohmann::ordered_json> logprobs;
+};
+
 /// One generation request in flight: filled by the scheduler thread (callbacks), drained by the
 /// thread that answers the client.
 struct Exchange {
@@ -47,12 +55,13 @@ struct Exchange {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<chat::StreamDelta> deltas;  // decided, not yet taken by the answering thread
+  std::vector<DeltaTokens> delta_tokens;  // the tokens each of `deltas` carries (same length)
   bool done = false;
   engine::RequestOutcome outcome;
   bool stopped = false;        // a stop string or the single-tool-call rule ended it
   std::string stop_string;     // the stop string that ended it ("" if none)
   double first_token_at = -1;  // seconds since submit
-  std::vector<nlohmann::ordered_json> logprobs;   // per-token entries not yet taken
+  std::vector<nlohmann::ordered_json> logprobs;   // entries of tokens no delta carries (the end)
   std::shared_ptr<engine::RequestHandle> handle;  // the running part (a forced call adds one)
   bool cancelled = false;
   /// Cancels the request (any thread): the running part and any continuation.
@@ -61,9 +70,20 @@ struct Exchange {
     cancelled = true;
     if (handle) handle->Cancel();
   }
+  /// Appends `from` (emptied) to `deltas`, the first of them carrying `held` (then emptied); with
+  /// no delta, `held` waits for the next call. Call under `mu`.
+  void PushDeltas(std::vector<chat::StreamDelta>& from, DeltaTokens& held) {
+    for (size_t i = 0; i < from.size(); ++i) {
+      deltas.push_back(std::move(from[i]));
+      delta_tokens.emplace_back();
+      if (i == 0) std::swap(delta_tokens.back(), held);
+    }
+    from.clear();
+  }
   // Scheduler thread only.
   OutputStream stream;
   std::vector<chat::StreamDelta> scratch;
+  DeltaTokens held;  // tokens whose text no delta has shown yet
   std::chrono::steady_clock::time_point submitted;
   // tool_choice required / named with thinking on: when the reasoning ends (`</think>`), the
   // generation stops and continues from prompt + answer + the call's opening.
@@ -103,6 +123,8 @@ struct WriterContext {
   int64_t prompt_tokens = 0;   ///< tokens of the prompt (known before the first token)
   bool include_usage = false;  ///< OpenAI stream_options.include_usage
   bool logprobs = false;       ///< per-token logprobs asked for
+  int index = 0;               ///< the choice this writer answers (n > 1, several prompts)
+  bool last = true;            ///< the last choice: its stream tail ends the stream
   std::function<std::string(const char*)> new_id;  ///< fresh ids (tool calls, items)
 };
 
@@ -112,6 +134,7 @@ struct Finished {
   double first_token_at = -1;             ///< seconds from submit to the first token (-1: none)
   std::string stop_string;                ///< the stop string that ended the answer ("": none)
   std::vector<nlohmann::ordered_json> logprobs;  ///< token entries not yet written
+  nlohmann::ordered_json usage;                  ///< usage over every choice; null: from `outcome`
 };
 
 /// One API's answer format. A writer is used by one thread; for a stream the runner calls Head,
@@ -125,9 +148,12 @@ class ProtocolWriter {
   /// The stream's opening events ("" when the protocol has none).
   virtual std::string Head() = 0;
   /// Events for a batch of deltas; `logprobs` are the token entries that came with them (the
-  /// writer takes what it writes).
+  /// writer takes what it writes). The runner passes one delta at a time, with its own entries.
   virtual std::string Deltas(std::span<const chat::StreamDelta> deltas,
                              std::vector<nlohmann::ordered_json>& logprobs) = 0;
+  /// The token ids the next Deltas call's deltas carry (llama-server's `tokens` of a chunk);
+  /// ignored by protocols without them.
+  virtual void NoteTokens(std::span<const int32_t> /*ids*/) {}
   /// One pass's trace event (opt-in extension); "" when the protocol does not carry it.
   virtual std::string Trace(const PassTrace& /*t*/) { return ""; }
   /// The stream's closing events after a successful end.

@@ -118,10 +118,13 @@ class OpenAiWriter : public ProtocolWriter {
         msg["tool_calls"] = calls;
         if (mb.content.empty()) msg["content"] = nullptr;
       }
-      choice = {{"index", 0}, {"message", msg}, {"logprobs", nullptr}, {"finish_reason", finish}};
-    } else {
       choice = {
-          {"text", mb.content}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}};
+          {"index", c_.index}, {"message", msg}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    } else {
+      choice = {{"text", mb.content},
+                {"index", c_.index},
+                {"logprobs", nullptr},
+                {"finish_reason", finish}};
     }
     if (c_.logprobs) {
       int64_t offset = 0;
@@ -129,7 +132,7 @@ class OpenAiWriter : public ProtocolWriter {
     }
     json body = Envelope(chat_ ? "chat.completion" : "text_completion");
     body["choices"] = json::array({choice});
-    body["usage"] = UsageJson(f.outcome);
+    body["usage"] = f.usage.is_null() ? UsageJson(f.outcome) : f.usage;
     body["timings"] = TimingsJson(f, c_.mode);
     return body;
   }
@@ -191,10 +194,11 @@ class OpenAiWriter : public ProtocolWriter {
     if (c_.logprobs) last["choices"][0]["logprobs"] = LogprobsJson(chat_, f.logprobs, text_offset_);
     last["timings"] = TimingsJson(f, c_.mode);
     std::string tail = Sse(last);
+    if (!c_.last) return tail;  // the stream goes on with the other choices
     if (c_.include_usage) {
       json u = Chunk(json::object(), nullptr);
       u["choices"] = json::array();
-      u["usage"] = UsageJson(f.outcome);
+      u["usage"] = f.usage.is_null() ? UsageJson(f.outcome) : f.usage;
       tail += Sse(u);
     }
     return tail + "data: [DONE]\n\n";
@@ -215,13 +219,13 @@ class OpenAiWriter : public ProtocolWriter {
   json Chunk(json delta_or_text, const json& finish) const {
     json c = Envelope(chat_ ? "chat.completion.chunk" : "text_completion");
     if (chat_) {
-      c["choices"] = json::array({{{"index", 0},
+      c["choices"] = json::array({{{"index", c_.index},
                                    {"delta", std::move(delta_or_text)},
                                    {"logprobs", nullptr},
                                    {"finish_reason", finish}}});
     } else {
       c["choices"] = json::array({{{"text", std::move(delta_or_text)},
-                                   {"index", 0},
+                                   {"index", c_.index},
                                    {"logprobs", nullptr},
                                    {"finish_reason", finish}}});
     }

@@ -121,7 +121,7 @@ nlohmann::ordered_json TokenLogprob(const tokenizer::Tokenizer& tokenizer, int32
     for (unsigned char c : bytes) b.push_back(c);
     const double lp =
         id >= 0 && static_cast<size_t>(id) < logits.size() ? logits[id] - lse : -INFINITY;
-    return json{{"token", text}, {"logprob", lp}, {"bytes", b}};
+    return json{{"id", id}, {"token", text}, {"logprob", lp}, {"bytes", b}};
   };
   json e = entry(token);
   json alts = json::array();

@@ -9,9 +9,6 @@ namespace crossword::server {
 
 using json = nlohmann::ordered_json;
 
-namespace {
-
-// llama-server's per-slot "params" object from decoding parameters.
 json ParamsJson(const decode::DecodeParams& p) {
   const decode::SamplingParams& s = p.sampling;
   return {{"n_predict", p.max_tokens},
@@ -29,6 +26,8 @@ json ParamsJson(const decode::DecodeParams& p) {
           {"speculative.n_max", p.draft_max},
           {"speculative.p_min", p.draft_p_min}};
 }
+
+namespace {
 
 // crossword's decoding fields of a slot or of the defaults.
 json DecodingJson(decode::Mode mode, int block_size, float threshold, int draft_max) {

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "server/cors.h"
@@ -226,8 +227,13 @@ void Server::Impl::Setup() {
   for (const char* p : {"/v1/chat/completions", "/chat/completions"}) {
     Route("POST", p, [this](const http::Request& q, http::Response& r) { HandleChat(q, r); });
   }
-  for (const char* p : {"/v1/completions", "/completions"}) {
-    Route("POST", p, [this](const http::Request& q, http::Response& r) { HandleCompletion(q, r); });
+  Route("POST", "/v1/completions",
+        [this](const http::Request& q, http::Response& r) { HandleCompletion(q, r); });
+  for (const char* p : {"/completion", "/completions", "/infill"}) {
+    const bool infill = std::string_view(p) == "/infill";
+    Route("POST", p, [this, infill](const http::Request& q, http::Response& r) {
+      HandleNativeCompletion(q, r, infill);
+    });
   }
   const RouteSpec anthropic{.errors = ErrorShape::kAnthropic, .x_api_key = true};
   Route(
@@ -254,6 +260,8 @@ void Server::Impl::CheckOptions() const {
   Check(options.engine.threads >= 0, "-t must be >= 0, 0 meaning all cores (got {})",
         options.engine.threads);
   Check(options.http_threads >= 0, "--threads-http must be >= 0 (got {})", options.http_threads);
+  Check(options.n_predict >= -2 && options.n_predict <= std::numeric_limits<int32_t>::max(),
+        "-n must be >= 1, or -1 (the rest of the context) (got {})", options.n_predict);
   Check(options.batch_tokens >= 1, "-b must be >= 1 (got {})", options.batch_tokens);
   Check(options.n_ctx >= 0, "-c must be >= 0, 0 meaning 4096 per slot (got {})", options.n_ctx);
   if (options.n_ctx > 0) {
@@ -299,6 +307,8 @@ void Server::Impl::Load() {
   defaults.reasoning_format = options.reasoning_format;
   defaults.kwargs = options.chat_template_kwargs;
   defaults.n_vocab = engine->tokenizer().n_vocab();
+  defaults.fixed_seed = options.decoding.seed.has_value();
+  defaults.n_predict = options.n_predict;
   engine::SchedulerOptions so;
   so.n_slots = options.n_slots;
   so.n_ctx = n_ctx_slot;

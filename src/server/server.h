@@ -46,8 +46,9 @@ struct ServerOptions {
   int http_threads = 0;              ///< 0: max(16, 4 x slots + 8)
   size_t max_queue = 1024;
   // Request defaults.
-  decode::DecodeOverrides
-      decoding;            ///< --mode, --block-size, --threshold, --draft-max, --draft-p-min
+  /// --mode, --block-size, --threshold, --draft-max, --draft-p-min, --temp, --seed, ...
+  decode::DecodeOverrides decoding;
+  int64_t n_predict = -1;  ///< -n: max_tokens of a request that gives none (-1: context left)
   int max_block_size = 0;  ///< 0: max(32, the default block size)
   bool no_dllm_biases = false;
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;

@@ -24,6 +24,7 @@ struct GenerationJob {
   const char* id_prefix = "chatcmpl-";    // of the response id
   std::function<std::unique_ptr<ProtocolWriter>(WriterContext)> writer;
   std::vector<int32_t> prompt;
+  std::vector<std::vector<int32_t>> more_prompts;  // /v1/completions: one choice each
   GenerationRequest gen;  // decoding parameters, stop strings, stream flags
   Exchange::Force force;  // tool-call forcing after the reasoning (armed when needed)
   OutputOptions output;
@@ -86,6 +87,8 @@ struct Server::Impl {
   std::unordered_map<std::string, RouteSpec> route_specs;
   void HandleChat(const http::Request& req, http::Response& res);
   void HandleCompletion(const http::Request& req, http::Response& res);
+  /// llama-server's native POST /completion (and /completions) and /infill (llama_native.cc).
+  void HandleNativeCompletion(const http::Request& req, http::Response& res, bool infill);
   void HandleMessages(const http::Request& req, http::Response& res);
   void HandleCountTokens(const http::Request& req, http::Response& res);
   void HandleResponses(const http::Request& req, http::Response& res);
@@ -109,6 +112,9 @@ struct Server::Impl {
   void Generate(const http::Request& req, http::Response& res, GenerationJob job);
   void RequireReady() const;
 };
+
+/// llama-server's "params" / generation_settings object of decoding parameters (props.cc).
+nlohmann::ordered_json ParamsJson(const decode::DecodeParams& p);
 
 /// Writes the error's body in `shape` with the error's status.
 void SendError(http::Response& res, const ApiError& e, ErrorShape shape = ErrorShape::kOpenAi);

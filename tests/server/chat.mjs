@@ -120,14 +120,16 @@ check("user text never becomes control tokens", async () => {
   assert.equal(parsed.filter((t) => t === imEnd).length, 3, "the same text tokenized as markup would have 3");
 });
 
-check("n > 1 is rejected clearly; n = 1 works", async () => {
-  await assert.rejects(client.chat.completions.create({ messages: user("hi"), n: 2, max_tokens: 2 }), (e) => {
+check("n > 1 gives n choices (index 0..n-1); n = 1 one; n > 128 is a 400", async () => {
+  const r = await client.chat.completions.create({ messages: user("hi"), n: 2, max_tokens: 2 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  await assert.rejects(client.chat.completions.create({ messages: user("hi"), n: 129, max_tokens: 2 }), (e) => {
     assert.equal(e.status, 400);
     assert.equal(e.param, "n");
     return true;
   });
-  const r = await client.chat.completions.create({ messages: user("hi"), n: 1, max_tokens: 2 });
-  assert.equal(r.choices.length, 1);
+  const one = await client.chat.completions.create({ messages: user("hi"), n: 1, max_tokens: 2 });
+  assert.equal(one.choices.length, 1);
 });
 
 check("/v1/models, /v1/completions (stream and not), /tokenize and /detokenize", async () => {

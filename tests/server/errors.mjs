@@ -56,7 +56,7 @@ check("wrong types and out-of-range values are a 400 naming the field", async ()
   await expectError({ messages: m, crossword: { mode: "telepathy" } }, 400, "crossword.mode");
   await expectError({ messages: m, crossword: { block_size: 1 } }, 400, "crossword.block_size");
   await expectError({ messages: m, logit_bias: { abc: 5 } }, 400, "logit_bias.abc");
-  await expectError({ messages: m, n: 3 }, 400, "n");
+  await expectError({ messages: m, n: 129 }, 400, "n");
   // Known OpenAI fields crossword ignores are still type-checked; unknown fields are ignored.
   await expectError({ messages: m, user: 5 }, 400, "user");
   await expectError({ messages: m, metadata: [] }, 400, "metadata");

@@ -92,7 +92,7 @@ WriterRun Through(const std::function<std::unique_ptr<ProtocolWriter>(WriterCont
   o.output.assign(17, 1);
   WriterRun r;
   {
-    Finished f{o, 0.1, "", {}};
+    Finished f{o, 0.1, "", {}, {}};
     r.final = make(context())->Final(deltas, f);
   }
   auto w = make(context());
@@ -103,7 +103,7 @@ WriterRun Through(const std::function<std::unique_ptr<ProtocolWriter>(WriterCont
     text += w->Deltas(std::span(deltas).subspan(i, n), lp);
     i += n;
   }
-  Finished f{o, 0.1, "", {}};
+  Finished f{o, 0.1, "", {}, {}};
   text += w->Tail(f);
   r.events = ParseSse(text);
   return r;
