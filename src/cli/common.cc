@@ -89,6 +89,9 @@ void DecodeFlags::Add(CLI::App* cmd) {
   cmd->add_flag("--draft-expert-budget", decoding.draft_expert_budget,
                 "spec: draft rows route only among the seed's experts (fewer expert bytes per "
                 "draft; output unchanged, acceptance may drop)");
+  cmd->add_flag("--fuse-passes", decoding.fuse_passes,
+                "diffusion/spec: each commit/verify pass also runs the next block's first "
+                "denoise/draft pass, used when the next seed was guessed right (output unchanged)");
   cmd->add_option("-n,--n-predict", n_predict, "maximum tokens to generate")->capture_default_str();
   cmd->add_option("--temp,--temperature", temperature,
                   "sampling temperature (0 = greedy, the default)");
