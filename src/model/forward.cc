@@ -133,8 +133,7 @@ BatchTotals ValidateBatch(const Executor& executor, std::span<const SequenceInpu
           s, in.denoise_tail, T);
     }
     const int64_t committed = T - in.denoise_tail;
-    if (in.record &&
-        (in.kind != PassKind::kCausal || committed > in.state->max_record_tokens())) {
+    if (in.record && (in.kind != PassKind::kCausal || committed > in.state->max_record_tokens())) {
       Fail(
           "forward: sequence {} asks to record {} tokens; recording needs a causal pass of at most "
           "StateOptions.max_record_tokens ({}) tokens",

@@ -155,9 +155,9 @@ TEST(TinyModel, FusedPassesChangeNoToken) {
   int64_t hits = 0, fused = 0;
   for (const json& run : g["runs"]) {
     const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
-    for (const json& mode : {json{{"mode", "diffusion"}, {"threshold", 0.95}},
-                             json{{"mode", "diffusion"}, {"threshold", 0.9}},
-                             json{{"mode", "spec"}}}) {
+    for (const json& mode :
+         {json{{"mode", "diffusion"}, {"threshold", 0.95}},
+          json{{"mode", "diffusion"}, {"threshold", 0.9}}, json{{"mode", "spec"}}}) {
       SCOPED_TRACE(run["question"].get<std::string>() + " " + mode.dump());
       auto run_stats = [&](const decode::DecodeParams& params, decode::DecodeStats& st) {
         auto state =
