@@ -4,12 +4,14 @@ generation tokens/s of spec and diffusion with and without --fuse-passes, agains
 interleaved run of `crossword run --stats` (2 threads by default).
 
   bench/fused_passes.py [--crossword build/src/cli/crossword] [--model M.gguf] [--reps 5]
-                        [--threads 2] [--max-tokens 160] [--prompt TEXT] [--modes M ...]
+                        [--threads 2] [--max-tokens 160] [--prompt TEXT ...] [--heldout FILE --kind K]
+                        [--modes M ...]
                         [--extra-args "..."] [--json OUT]
 
 Prompts: without --model, the golden questions of tests/golden/clover_tiny_answers.json that
 use no tools, in the chat template (greedy, no penalties, as the reference decodes); with
---prompt, that plain text. Per mode and repetition: generated tokens / generation seconds summed
+--heldout, the held-out questions of one kind (default json: the longest answers); with --prompt
+(repeatable), those plain texts. Per mode and repetition: generated tokens / generation seconds summed
 over the prompts. Printed per mode: the median over repetitions with its range, the median ratio
 to ar (ratios taken within one repetition, so the load is shared), passes per generated token,
 and fused passes with the tails used. Fusion must not change any answer (checked: exit 1).
@@ -41,12 +43,17 @@ FUSED = re.compile(r"fused passes (\d+), their tail used (\d+)")
 
 
 def prompts(a) -> list[list[str]]:
-    if a.prompt is not None:
-        return [["-p", a.prompt]]
-    with open(os.path.join(ROOT, "tests/golden/clover_tiny_answers.json"), encoding="utf-8") as f:
-        g = json.load(f)
+    if a.prompt:
+        return [["-p", p] for p in a.prompt]
+    if a.heldout:  # reference/tiny_corpus.py's held-out questions of one kind
+        with open(a.heldout, encoding="utf-8") as f:
+            runs = [json.loads(line) for line in f if line.strip()]
+        runs = [r for r in runs if r["kind"] == a.kind]
+    else:
+        with open(os.path.join(ROOT, "tests/golden/clover_tiny_answers.json"), encoding="utf-8") as f:
+            runs = json.load(f)["runs"]
     out = []
-    for run in g["runs"]:
+    for run in runs:
         if run["tools"]:
             continue
         args = ["--chat", "-p", run["question"]]
@@ -81,7 +88,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--prompt")
+    ap.add_argument("--prompt", action="append", help="plain prompt (repeatable)")
+    ap.add_argument("--heldout", help="held-out questions (reference/tiny_corpus.py --out DIR)")
+    ap.add_argument("--kind", default="json", help="the held-out kind to ask (with --heldout)")
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     ap.add_argument("--extra-args", default="")
     ap.add_argument("--json")
