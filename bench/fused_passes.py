@@ -13,8 +13,8 @@ use no tools, in the chat template (greedy, no penalties, as the reference decod
 --heldout, the held-out questions of one kind (default json: the longest answers); with --prompt
 (repeatable), those plain texts. Per mode and repetition: generated tokens / generation seconds summed
 over the prompts. Printed per mode: the median over repetitions with its range, the median ratio
-to ar (ratios taken within one repetition, so the load is shared), passes per generated token,
-and fused passes with the tails used. Fusion must not change any answer (checked: exit 1).
+to ar and (fused modes) to the same mode unfused (ratios taken within one repetition, so the load
+is shared), passes per generated token, and fused passes with the tails used. Fusion must not change any answer (checked: exit 1).
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def main() -> int:
     print(f"load average before {' '.join(load0)}, after {' '.join(load1)}; {len(ps)} prompts, "
           f"{a.reps} repetitions, {a.threads} threads")
     print("| mode | tokens | passes per token | fused passes, tails used | median tok/s (range) "
-          "| vs ar (median of ratios) |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "| vs ar | fused vs unfused |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     rows = []
     for m in a.modes:
         tps = [t["tokens"] / t["seconds"] for t in reps[m]]
@@ -127,12 +127,19 @@ def main() -> int:
         if "ar" in reps:
             ratios = [x / (ar["tokens"] / ar["seconds"]) for x, ar in zip(tps, reps["ar"])]
             ratio = f"{statistics.median(ratios):.2f}"
+        vs_unfused = ""
+        base = m[: -len("-fused")] if m.endswith("-fused") else None
+        if base in reps:
+            rs = [x / (b["tokens"] / b["seconds"]) for x, b in zip(tps, reps[base])]
+            vs_unfused = f"{statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})"
         row = {"mode": m, "tokens": t0["tokens"], "passes_per_token": t0["passes"] / t0["tokens"],
                "fused": t0["fused"], "hits": t0["hits"], "tps_median": statistics.median(tps),
-               "tps_min": min(tps), "tps_max": max(tps), "vs_ar": ratio}
+               "tps_min": min(tps), "tps_max": max(tps), "vs_ar": ratio,
+               "fused_vs_unfused": vs_unfused}
         rows.append(row)
         print(f"| {m} | {t0['tokens']} | {row['passes_per_token']:.3f} | {t0['fused']}, "
-              f"{t0['hits']} | {row['tps_median']:.1f} ({min(tps):.1f}-{max(tps):.1f}) | {ratio} |")
+              f"{t0['hits']} | {row['tps_median']:.1f} ({min(tps):.1f}-{max(tps):.1f}) | {ratio} "
+              f"| {vs_unfused} |")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump({"load_before": load0, "load_after": load1, "rows": rows}, f, indent=1)
