@@ -387,6 +387,13 @@ TEST(FusedPasses, ChangeNoTokenAndSaveOnlyPasses) {
           p.draft_max = i % 4 == 1 ? 3 : 0;
           p.draft_p_min = i % 4 == 2 ? 0.01f : 0.0f;
         }
+        if (i % 4 == 3) {  // sampled, with penalties: the same draws in the same order
+          p.sampling.temperature = 0.7f;
+          p.sampling.top_k = 40;
+          p.sampling.seed = 17 + static_cast<uint64_t>(i);
+          p.sampling.presence_penalty = 0.9f;
+          p.sampling.repetition_penalty = 1.05f;
+        }
         DecodeParams q = p;
         q.fuse_passes = true;
         DecodeStats a, b;
