@@ -146,8 +146,9 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
   history_.AddPrompt(prompt_);
   think_open_ = params_.think_open;
   row_.resize(static_cast<size_t>(n_vocab_));
+  // Not under a grammar: constrained rounds are not covered by the fused-pass tests.
   fuse_ = params_.fuse_passes && params_.mode != Mode::kAr && !params_.draft_auto &&
-          !params_.draft_expert_budget && state_.executor().fuses_passes();
+          !params_.draft_expert_budget && !params_.grammar && state_.executor().fuses_passes();
   input_.reserve(std::max<int64_t>(params_.prefill_chunk, 2 * params_.block_size));
   block_.reserve(params_.block_size);
   masked_.reserve(params_.block_size);

@@ -59,8 +59,8 @@ struct DecodeParams {
   /// runs the next block's first denoise (draft) pass as its tail (SequenceInput::denoise_tail),
   /// with the next seed guessed from the last row of the block's last denoise (draft) pass; the
   /// tail's result is used only when the guess was the real seed (spec: and every draft was
-  /// accepted), otherwise the next block runs its own pass. Ignored in AR mode, with draft_auto
-  /// or draft_expert_budget, and on executors without fused passes. Output is unchanged.
+  /// accepted), otherwise the next block runs its own pass. Ignored in AR mode, with draft_auto,
+  /// draft_expert_budget or a grammar, and on executors without fused passes. Output is unchanged.
   bool fuse_passes = false;
   /// Spec: the verify pass takes the seed and the leading drafts whose slot confidence (softmax
   /// probability of the slot's best non-mask token, full vocabulary, after penalties and biases)
