@@ -382,6 +382,10 @@ TEST(CpuExecutor, ForwardDoesNotAllocate) {
   r.exec->Forward({&in[0], 1}, *r.ctx);
   r.exec->Forward({&in[1], 1}, *r.ctx);
   st->RollbackTo(5);
+  SequenceInput fused{st.get(), block, PassKind::kCausal, LogitRows::kAll, true};
+  fused.denoise_tail = 8;  // a fused pass: 8 committed tokens, then an 8-token denoise tail
+  r.exec->Forward({&fused, 1}, *r.ctx);
+  st->RollbackTo(5);
   for (int i = 0; i < 4; ++i) {
     SequenceInput one{st.get(), std::span(block).subspan(i, 1), PassKind::kCausal,
                       LogitRows::kLast};
