@@ -190,15 +190,17 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   for (int32_t& t : block) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
   masked.assign(block.size(), mask >= 0 ? mask : block[1 % block.size()]);
   masked[0] = block[0];
-  std::vector<uint8_t> need(block.size(), 1);
+  std::vector<uint8_t> need(2 * block.size(), 1);
+  // Fused passes (docs/decoding.md): the block, then the next block [seed, MASK...] as the tail.
+  std::vector<int32_t> fused;
 
   model::ContextOptions co;
-  co.max_tokens = std::max<int64_t>(static_cast<int64_t>(prompt.size()), max_t);
-  co.max_logit_rows = max_t;
+  co.max_tokens = std::max<int64_t>(static_cast<int64_t>(prompt.size()), 2 * max_t);
+  co.max_logit_rows = 2 * max_t;
   std::unique_ptr<model::ForwardContext> ctx_owner = x.NewContext(co);
   model::ForwardContext& ctx = *ctx_owner;
   model::StateOptions so;
-  so.n_ctx = static_cast<int64_t>(prompt.size()) + max_t + 8;
+  so.n_ctx = static_cast<int64_t>(prompt.size()) + 2 * max_t + 8;
   so.kv_type = GgmlType::kF16;
   so.max_record_tokens = max_t;
   auto st = x.NewState(so);
@@ -214,8 +216,16 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     if (t == 1) {
       rows.push_back({"ar step", 1, 1, 0, {}});
     } else {
-      rows.push_back({"verify" + std::to_string(t), t, t, 0, {}});
-      rows.push_back({"denoise" + std::to_string(t), t, t - 1, 0, {}});
+      const std::string n = std::to_string(t);
+      rows.push_back({"verify" + n, t, t, 0, {}});
+      rows.push_back({"denoise" + n, t, t - 1, 0, {}});
+      if (x.fuses_passes()) {
+        // Diffusion's commit pass (its last row seeds the next block) and the fused pair of each
+        // mode: head rows of the seed row and the whole tail, or of every row.
+        rows.push_back({"commit" + n, t, 1, 0, {}});
+        rows.push_back({"fused commit" + n + "+denoise" + n, 2 * t, t + 1, 0, {}});
+        rows.push_back({"fused verify" + n + "+draft" + n, 2 * t, 2 * t, 0, {}});
+      }
     }
   }
   // A mid-block diffusion pass of the longest block (every other slot committed): logits for the
@@ -232,6 +242,30 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   auto run = [&](PassRow& r) {
     st->Restore(snap);
     st->SaveSnapshot(snap);  // renewed: a snapshot survives only the last 4096 KV rewrites
+    if (r.test.starts_with("commit") || r.test.starts_with("fused")) {
+      const int64_t t = r.test.starts_with("fused") ? r.rows / 2 : r.rows;
+      fused.assign(block.begin(), block.begin() + t);
+      model::SequenceInput in{st.get(), fused, model::PassKind::kCausal, model::LogitRows::kLast};
+      if (r.test.starts_with("fused")) {
+        fused.insert(fused.end(), masked.begin(), masked.begin() + t);
+        in.tokens = fused;
+        in.logits = model::LogitRows::kAll;
+        in.denoise_tail = static_cast<int32_t>(t);
+        if (r.test.starts_with("fused commit")) {
+          std::fill(need.begin(), need.end(), 1);
+          std::fill(need.begin(), need.begin() + t - 1, 0);
+          in.need_rows = std::span<const uint8_t>(need).first(static_cast<size_t>(2 * t));
+        } else {
+          in.record = true;
+        }
+      }
+      const auto t0 = Clock::now();
+      x.Forward({&in, 1}, ctx);
+      const double ms = 1e3 * Seconds(t0, Clock::now());
+      r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
+      r.head_rows = ctx.head_rows();
+      return ms;
+    }
     const bool denoise = r.test.starts_with("denoise");
     const bool mid = r.test.find("half") != std::string::npos;
     const std::span<const int32_t> toks(mid       ? half.data()

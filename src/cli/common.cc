@@ -177,6 +177,13 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
   cmd->add_flag("--draft-expert-budget", decoding.draft_expert_budget,
                 "spec: draft rows route only among the seed's experts (fewer expert bytes per "
                 "draft; output unchanged, acceptance may drop)");
+  // Not on serve: the scheduler's contexts hold one block per slot (docs/decoding.md).
+  if (!serve) {
+    cmd->add_flag(
+        "--fuse-passes", decoding.fuse_passes,
+        "diffusion/spec: each commit/verify pass also runs the next block's first "
+        "denoise/draft pass, used when the next seed was guessed right (output unchanged)");
+  }
   if (serve) n_predict = -1;
   cmd->add_option("-n,--n-predict,--max-tokens", n_predict,
                   serve ? "default max_tokens of a request (-1: the rest of the slot's context)"

@@ -240,6 +240,12 @@ void Run(const RunFlags& f) {
                  static_cast<long long>(st.prefill_passes), static_cast<long long>(st.ar_passes),
                  static_cast<long long>(st.denoise_passes),
                  static_cast<long long>(st.commit_passes), st.tokens_per_pass());
+    if (params.fuse_passes) {
+      std::fprintf(stderr,
+                   "crossword: fused passes %lld, their tail used %lld (a denoise/draft pass "
+                   "saved each)\n",
+                   static_cast<long long>(st.fused_passes), static_cast<long long>(st.fused_hits));
+    }
     auto ms = [](double s, int64_t n) { return n > 0 ? 1000.0 * s / n : 0.0; };
     if (params.grammar) {
       std::fprintf(stderr, "crossword: grammar: %lld masks, %.3f ms per mask\n",

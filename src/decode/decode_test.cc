@@ -364,6 +364,59 @@ TEST(SpecEqualsAr, AutoDraftLengths) {
               static_cast<long long>(rounds));
 }
 
+// Fused passes (docs/decoding.md): a commit/verify pass that also runs the next block's first
+// pass changes no token, and each pass it saves is one the unfused run made with the same
+// result: the same output, commit/verify passes and spec acceptance (so the same drafts), and the
+// denoise/draft passes fewer by exactly the tails used. Diffusion and spec, several block sizes,
+// draft limits and verify cuts, both kernel paths (F32 tiles, int8 Q4_0).
+TEST(FusedPasses, ChangeNoTokenAndSaveOnlyPasses) {
+  for (const char* type : {"F32", "Q4_0"}) {
+    Fixture f(SynthTiny(std::string("spec_") + type + ".gguf", 3, type));
+    const int32_t mask = f.model->hparams().n_vocab - 1;
+    std::mt19937 rng(21);
+    int64_t fused = 0, hits = 0;
+    for (int i = 0; i < 8; ++i) {
+      std::vector<int32_t> prompt(3 + rng() % 30);
+      for (auto& t : prompt) t = static_cast<int32_t>(rng() % 1500);
+      const int64_t max_tokens = 1 + static_cast<int64_t>(rng() % 48);
+      const int block = (i % 3 == 0) ? 4 : (i % 3 == 1) ? 8 : 16;
+      for (Mode mode : {Mode::kDiffusion, Mode::kSpec}) {
+        // Random weights: top probabilities ~0.001-0.05, so τ 0.02 commits several slots a pass.
+        DecodeParams p = Params(mode, block, i % 2 ? 0.02f : 0.95f, max_tokens, {1600, 1602}, mask);
+        if (mode == Mode::kSpec) {
+          p.draft_max = i % 4 == 1 ? 3 : 0;
+          p.draft_p_min = i % 4 == 2 ? 0.01f : 0.0f;
+        }
+        if (i % 4 == 3) {  // sampled, with penalties: the same draws in the same order
+          p.sampling.temperature = 0.7f;
+          p.sampling.top_k = 40;
+          p.sampling.seed = 17 + static_cast<uint64_t>(i);
+          p.sampling.presence_penalty = 0.9f;
+          p.sampling.repetition_penalty = 1.05f;
+        }
+        DecodeParams q = p;
+        q.fuse_passes = true;
+        DecodeStats a, b;
+        const auto want = Run1(f, prompt, p, &a);
+        SCOPED_TRACE(std::string(type) + " prompt " + std::to_string(i) + " " +
+                     std::string(ModeName(mode)));
+        ASSERT_EQ(Run1(f, prompt, q, &b), want);
+        EXPECT_EQ(b.commit_passes, a.commit_passes);
+        EXPECT_EQ(b.denoise_passes + b.fused_hits, a.denoise_passes);
+        EXPECT_EQ(b.accepted_hist, a.accepted_hist);
+        EXPECT_EQ(b.verify_rows, a.verify_rows);
+        EXPECT_EQ(a.fused_passes, 0);
+        fused += b.fused_passes;
+        hits += b.fused_hits;
+      }
+    }
+    EXPECT_GT(fused, 0) << type;
+    EXPECT_GT(hits, 0) << type << ": no tail was used, so none was compared";
+    std::printf("%s: %lld fused passes, %lld tails used\n", type, static_cast<long long>(fused),
+                static_cast<long long>(hits));
+  }
+}
+
 // The draft-length choice follows the cost curve and the acceptance it was shown.
 TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
   const auto feed = [](DraftControl& c, double slope, double acc, int rounds) {

@@ -86,6 +86,7 @@ DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
   if (block_size) p.block_size = *block_size;
   if (threshold) p.threshold = static_cast<float>(*threshold);
   if (draft_expert_budget) p.draft_expert_budget = true;
+  if (fuse_passes) p.fuse_passes = true;
   if (draft_max) {
     p.draft_auto = *draft_max == kDraftAuto;
     if (*draft_max != kDraftAuto) p.draft_max = *draft_max;
@@ -154,10 +155,13 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
   history_.AddPrompt(prompt_);
   think_open_ = params_.think_open;
   row_.resize(static_cast<size_t>(n_vocab_));
-  input_.reserve(std::max<int64_t>(params_.prefill_chunk, params_.block_size));
+  // Not under a grammar: constrained rounds are not covered by the fused-pass tests.
+  fuse_ = params_.fuse_passes && params_.mode != Mode::kAr && !params_.draft_auto &&
+          !params_.draft_expert_budget && !params_.grammar && state_.executor().fuses_passes();
+  input_.reserve(std::max<int64_t>(params_.prefill_chunk, 2 * params_.block_size));
   block_.reserve(params_.block_size);
   masked_.reserve(params_.block_size);
-  need_.reserve(params_.block_size);
+  need_.reserve(2 * params_.block_size);
   stats_.accepted_hist.assign(params_.block_size, 0);
   draft_dist_.resize(params_.mode == Mode::kSpec ? params_.block_size : 0);
   if (params_.grammar) {
@@ -263,17 +267,42 @@ model::SequenceInput Generation::NextInput() {
       need_.resize(block_.size());
       for (size_t j = 0; j < block_.size(); ++j)
         need_[j] = j + 1 < block_.size() ? masked_[j + 1] : 0;
+      // Fused passes: the last row guesses the token after the block (the next seed).
+      if (fuse_) need_.back() = 1;
       in.need_rows = need_;
       if (phase_ == Phase::kDraft && params_.draft_expert_budget) in.expert_anchor_rows = 1;
       break;
     case Phase::kCommit:
       input_ = block_;
+      tail_len_ = fuse_ && guess_ >= 0 ? BlockLen(stats_.generated) : 0;
+      if (tail_len_ >= 2) {
+        // Fused: [block | guess, MASK...]; of the block's rows only the last (the seed's) is read.
+        input_.push_back(guess_);
+        input_.resize(block_.size() + static_cast<size_t>(tail_len_), params_.mask_id);
+        in.logits = model::LogitRows::kAll;
+        need_.assign(input_.size(), 1);
+        std::fill(need_.begin(), need_.begin() + static_cast<std::ptrdiff_t>(block_.size()) - 1, 0);
+        in.need_rows = need_;
+        in.denoise_tail = static_cast<int32_t>(tail_len_);
+      } else {
+        tail_len_ = 0;
+      }
       break;
     case Phase::kVerify:
       input_.assign(block_.begin(), block_.begin() + verify_len_);
       stats_.verify_rows += verify_len_;
       in.logits = model::LogitRows::kAll;
       in.record = true;
+      // Fused: the next round's draft pass [guess, MASK...] as the tail, for the case that every
+      // draft is accepted and the bonus is the guess.
+      tail_len_ = fuse_ && guess_ >= 0 ? BlockLen(stats_.generated + verify_len_ - 1) : 0;
+      if (tail_len_ >= 2) {
+        input_.push_back(guess_);
+        input_.resize(static_cast<size_t>(verify_len_ + tail_len_), params_.mask_id);
+        in.denoise_tail = static_cast<int32_t>(tail_len_);
+      } else {
+        tail_len_ = 0;
+      }
       break;
     case Phase::kDone:
       break;
@@ -320,6 +349,7 @@ void Generation::AccountPass(double seconds) {
     case Phase::kVerify:
       ++stats_.commit_passes;
       stats_.commit_seconds += seconds;
+      if (tail_len_ > 0) ++stats_.fused_passes;
       if (phase_ == Phase::kVerify && params_.draft_auto)
         draft_control_.OnPass(static_cast<int64_t>(input_.size()), seconds);
       break;
@@ -343,9 +373,14 @@ void Generation::OnLogits(std::span<const float> logits) {
     case Phase::kDenoise:
       OnDenoise(logits);
       break;
-    case Phase::kCommit:
-      StartBlock(Choose(logits.first(n_vocab_), stats_.generated));
+    case Phase::kCommit: {
+      const int64_t B = static_cast<int64_t>(block_.size()), tail = tail_len_;
+      const int32_t guess = guess_;
+      const int64_t seed_row = tail > 0 ? B - 1 : 0;  // kLast: one row; fused: kAll
+      StartBlock(Choose(logits.subspan(seed_row * n_vocab_, n_vocab_), stats_.generated));
+      if (tail > 0) UseTail(logits.subspan(B * n_vocab_), tail, guess);
       break;
+    }
     case Phase::kDraft:
       OnDraft(logits);
       break;
@@ -368,12 +403,33 @@ void Generation::OnPrefill(std::span<const float> logits) {
   }
 }
 
-void Generation::StartBlock(int32_t seed) {
-  phase_ = params_.mode == Mode::kDiffusion ? Phase::kDenoise : Phase::kDraft;
+int64_t Generation::BlockLen(int64_t generated) const {
   int64_t len = params_.block_size;
   if (params_.mode == Mode::kSpec && params_.draft_max > 0)
     len = std::min<int64_t>(len, params_.draft_max + 1);
-  len = std::min<int64_t>(len, limit_ - stats_.generated);
+  return std::min<int64_t>(len, limit_ - generated);
+}
+
+int32_t Generation::Guess(std::span<const float> logits, int64_t row, int64_t t) {
+  return Sampler::ArgMax(Processed(logits.subspan(row * n_vocab_, n_vocab_), t, nullptr),
+                         params_.mask_id);
+}
+
+void Generation::UseTail(std::span<const float> logits, int64_t tail, int32_t guess) {
+  if (phase_ != Phase::kDenoise && phase_ != Phase::kDraft) return;  // ended, or no draft pass
+  if (block_.empty() || block_[0] != guess || block_len_ != tail) return;
+  ++stats_.fused_hits;
+  if (phase_ == Phase::kDenoise) {
+    OnDenoise(logits);
+  } else {
+    OnDraft(logits);
+  }
+}
+
+void Generation::StartBlock(int32_t seed) {
+  phase_ = params_.mode == Mode::kDiffusion ? Phase::kDenoise : Phase::kDraft;
+  guess_ = -1;
+  int64_t len = BlockLen(stats_.generated);
   if (params_.mode == Mode::kSpec && params_.draft_auto) {
     len = 1 + draft_control_.Next(static_cast<int>(len - 1));
     if (len == 1) {  // no draft pays: the round is one AR step (a verify pass of the seed)
@@ -438,7 +494,10 @@ void Generation::OnDenoise(std::span<const float> logits) {
     if (!Emit(block_[block_emitted_])) return;
     ++block_emitted_;
   }
-  if (block_emitted_ == B) phase_ = Phase::kCommit;
+  if (block_emitted_ == B) {
+    phase_ = Phase::kCommit;
+    if (fuse_) guess_ = Guess(logits, B - 1, stats_.generated);
+  }
 }
 
 // Constrained LowConfidence (docs/decoding.md): a slot commits only when every slot before it
@@ -463,7 +522,10 @@ void Generation::OnDenoiseConstrained(std::span<const float> logits) {
     if (!Emit(tok)) return;
     ++block_emitted_;
   }
-  if (block_emitted_ == B) phase_ = Phase::kCommit;
+  if (block_emitted_ == B) {
+    phase_ = Phase::kCommit;
+    if (fuse_) guess_ = Guess(logits, B - 1, stats_.generated);
+  }
 }
 
 void Generation::OnDraft(std::span<const float> logits) {
@@ -507,6 +569,9 @@ void Generation::OnDraft(std::span<const float> logits) {
   }
   if (c) c->Rollback(tentative);
   phase_ = Phase::kVerify;
+  // Fused passes: row V - 1 guesses the token after the last verified draft, the bonus when every
+  // draft is accepted.
+  if (fuse_) guess_ = Guess(logits, verify_len_ - 1, gen0 + verify_len_);
 }
 
 bool Generation::EmitDraft(int32_t token, int64_t& accepted) {
@@ -576,6 +641,8 @@ int32_t Generation::VerifySampled(std::span<const float> logits, int64_t& accept
 }
 
 void Generation::OnVerify(std::span<const float> logits) {
+  const int64_t V = verify_len_, tail = tail_len_;
+  const int32_t guess = guess_;
   int64_t accepted = 0;
   const int32_t bonus =
       params_.sampling.greedy() ? VerifyGreedy(logits, accepted) : VerifySampled(logits, accepted);
@@ -585,6 +652,8 @@ void Generation::OnVerify(std::span<const float> logits) {
   state_.RollbackTo(1 + accepted);
   if (phase_ == Phase::kDone || bonus < 0) return;
   StartBlock(bonus);
+  // The tail saw every verified draft: it stands for the next draft pass only if all were kept.
+  if (tail > 0 && accepted == V - 1) UseTail(logits.subspan(V * n_vocab_), tail, guess);
 }
 
 }  // namespace crossword::decode

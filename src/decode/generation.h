@@ -55,6 +55,13 @@ struct DecodeParams {
   /// (SequenceInput::expert_anchor_rows = 1), so a draft reads no more expert bytes than an AR
   /// step. Output is unchanged (verification is exact); acceptance may drop.
   bool draft_expert_budget = false;
+  /// Diffusion and spec (lossless; docs/decoding.md, "Fused passes"): a commit (verify) pass also
+  /// runs the next block's first denoise (draft) pass as its tail (SequenceInput::denoise_tail),
+  /// with the next seed guessed from the last row of the block's last denoise (draft) pass; the
+  /// tail's result is used only when the guess was the real seed (spec: and every draft was
+  /// accepted), otherwise the next block runs its own pass. Ignored in AR mode, with draft_auto,
+  /// draft_expert_budget or a grammar, and on executors without fused passes. Output is unchanged.
+  bool fuse_passes = false;
   /// Spec: the verify pass takes the seed and the leading drafts whose slot confidence (softmax
   /// probability of the slot's best non-mask token, full vocabulary, after penalties and biases)
   /// is >= draft_p_min, in [0, 1]; 0 verifies every draft.
@@ -105,6 +112,7 @@ struct DecodeOverrides {
   std::optional<int> draft_max;
   std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
   bool draft_expert_budget = false;   ///< spec drafts route among the seed's experts only
+  bool fuse_passes = false;           ///< commit/verify passes carry the next first pass
   // Sampling defaults (unset: the model's; llama.cpp's flag meanings).
   std::optional<double> temperature, top_p, min_p, presence, frequency, repeat;
   std::optional<int> top_k;
@@ -127,6 +135,8 @@ struct DecodeStats {
   int64_t rounds = 0;                  ///< spec rounds / diffusion blocks
   std::vector<int64_t> accepted_hist;  ///< spec: rounds that accepted k drafts (index k)
   int64_t verify_rows = 0;             ///< spec: tokens of all verify passes (seed + drafts kept)
+  int64_t fused_passes = 0;  ///< commit/verify passes that carried the next block's first pass
+  int64_t fused_hits = 0;    ///< ... whose tail was used (the pass it replaced did not run)
   double prefill_seconds = 0, ar_seconds = 0, denoise_seconds = 0, commit_seconds = 0;
   double first_token_seconds = 0;  ///< from Start() to the first emitted token
   /// Distinct routed experts per MoE layer summed over the passes of each kind (the expert union
@@ -207,6 +217,14 @@ class Generation {
   // emitted before the end (length, sink) as accepted.
   bool EmitDraft(int32_t token, int64_t& accepted);
   void AccountPass(double seconds);
+  // Tokens of a block started after `generated` tokens were emitted (spec: draft_max; the answer
+  // limit; not draft_auto).
+  int64_t BlockLen(int64_t generated) const;
+  // Fused passes: the guess of the token after the block from its row `row` (penalty index t).
+  int32_t Guess(std::span<const float> logits, int64_t row, int64_t t);
+  // Fused passes: after StartBlock, the tail's logits (`tail` rows computed for [guess, MASK..])
+  // stand for the block's first pass when the seed is `guess` and the block has `tail` slots.
+  void UseTail(std::span<const float> logits, int64_t tail, int32_t guess);
 
   const model::Model& model_;
   model::SequenceState& state_;
@@ -237,6 +255,9 @@ class Generation {
   int32_t pending_ = -1;        // AR: token to feed next
   DraftControl draft_control_;  // spec with draft_auto
   double pass_experts_ = 0;     // NotePassExperts of the pending pass
+  bool fuse_ = false;           // params_.fuse_passes where it applies
+  int32_t guess_ = -1;          // fused passes: guessed seed of the next block (-1: none)
+  int64_t tail_len_ = 0;        // fused passes: tail tokens of the pending pass
   Clock::time_point start_, pass_start_;
 };
 

@@ -245,9 +245,11 @@ decode::Generation RunGeneration(const Engine& engine, model::SequenceState& sta
                                  std::vector<int32_t> prompt, const decode::DecodeParams& params,
                                  decode::TokenSink sink, const RunHooks& hooks) {
   model::ContextOptions co;
-  co.max_tokens = std::max<int64_t>(params.prefill_chunk, params.block_size);
+  // A fused pass (params.fuse_passes) holds a block and the next one.
+  const int64_t block = int64_t{params.fuse_passes ? 2 : 1} * params.block_size;
+  co.max_tokens = std::max<int64_t>(params.prefill_chunk, block);
   co.max_seqs = 1;
-  co.max_logit_rows = std::max(params.block_size, 1);
+  co.max_logit_rows = std::max<int64_t>(block, 1);
   const model::Executor& executor = engine.executor();
   std::unique_ptr<model::ForwardContext> ctx = executor.NewContext(co);
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());

@@ -124,11 +124,20 @@ BatchTotals ValidateBatch(const Executor& executor, std::span<const SequenceInpu
           "denoise pass",
           s, in.expert_anchor_rows);
     }
-    if (in.record && (in.kind != PassKind::kCausal || T > in.state->max_record_tokens())) {
+    if (in.denoise_tail < 0 ||
+        (in.denoise_tail > 0 &&
+         (in.kind != PassKind::kCausal || in.denoise_tail >= T || !executor.fuses_passes()))) {
+      Fail(
+          "forward: sequence {} has denoise_tail {} of {} tokens; it must be >= 0, and > 0 only in "
+          "a causal pass that keeps at least one causal token, on an executor that fuses passes",
+          s, in.denoise_tail, T);
+    }
+    const int64_t committed = T - in.denoise_tail;
+    if (in.record && (in.kind != PassKind::kCausal || committed > in.state->max_record_tokens())) {
       Fail(
           "forward: sequence {} asks to record {} tokens; recording needs a causal pass of at most "
           "StateOptions.max_record_tokens ({}) tokens",
-          s, T, in.state->max_record_tokens());
+          s, committed, in.state->max_record_tokens());
     }
     totals.tokens += T;
     totals.logit_rows += LogitRowCount(in.logits, T);

@@ -180,6 +180,15 @@ struct SequenceInput {
   /// renormalized), so they add no expert bytes to the pass. For spec drafts: [seed, MASK x d]
   /// with 1 here reads the seed's k experts only. Changes the draft, never a verify pass.
   int32_t expert_anchor_rows = 0;
+  /// Causal passes only, optional (0: off; needs Executor::fuses_passes()): a fused pass. The
+  /// last `denoise_tail` tokens (< T) are a read-only denoise block that starts right after the
+  /// pass's causal tokens: they attend to the whole prefix (the causal tokens of this pass
+  /// included) and bidirectionally among themselves; GDN runs over them causally from the state
+  /// after the causal tokens, into scratch; their KV rows are scratch. Only the first
+  /// T - denoise_tail tokens are committed (and recorded). Every row gets exactly the values the
+  /// causal pass of the first tokens followed by a denoise pass of the tail would give
+  /// (docs/decoding.md, "Fused passes"). Logit rows, kAll and need_rows cover all T tokens.
+  int32_t denoise_tail = 0;
 };
 
 /// What the last forward pass on a context did (filled by executors that count it; zeros
@@ -272,6 +281,8 @@ class Executor {
   /// Host threads this executor computes on (the CPU executor's pool; a GPU executor's threads
   /// for the layers it leaves on the CPU, or 1).
   virtual int host_threads() const = 0;
+  /// Whether Forward runs fused passes (SequenceInput::denoise_tail > 0); false: it refuses them.
+  virtual bool fuses_passes() const { return false; }
 
   /// A state sized for this model on this device. Throws crossword::Error on bad options or when
   /// the memory cannot be had (naming the bytes needed).

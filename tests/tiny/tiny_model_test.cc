@@ -147,6 +147,46 @@ TEST(TinyModel, SpecEqualsArOnEveryGoldenPrompt) {
   }
 }
 
+// Fused passes (--fuse-passes) on the trained model: on every golden prompt diffusion gives the
+// unfused tokens with the same commit passes, and spec gives the AR answer; tails are used (the
+// guessed seeds hit), and each one saved exactly one denoise/draft pass.
+TEST(TinyModel, FusedPassesChangeNoToken) {
+  const json g = Golden();
+  int64_t hits = 0, fused = 0;
+  for (const json& run : g["runs"]) {
+    const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
+    for (const json& mode :
+         {json{{"mode", "diffusion"}, {"threshold", 0.95}},
+          json{{"mode", "diffusion"}, {"threshold", 0.9}}, json{{"mode", "spec"}}}) {
+      SCOPED_TRACE(run["question"].get<std::string>() + " " + mode.dump());
+      auto run_stats = [&](const decode::DecodeParams& params, decode::DecodeStats& st) {
+        auto state =
+            TinyEngine().NewState(static_cast<int64_t>(prompt.size()) + 104, GgmlType::kF16);
+        decode::Generation gen = RunGeneration(TinyEngine(), *state, prompt, params, nullptr);
+        st = gen.stats();
+        return gen.output();
+      };
+      const decode::DecodeParams p = Params(mode, 96);
+      decode::DecodeParams q = p;
+      q.fuse_passes = true;
+      decode::DecodeStats a, b;
+      const auto unfused = run_stats(p, a);
+      EXPECT_EQ(run_stats(q, b), unfused);
+      if (mode["mode"] == "spec") {
+        EXPECT_EQ(unfused, Generate(prompt, Params(json{{"mode", "ar"}}, 96), GgmlType::kF16));
+        EXPECT_EQ(b.accepted_hist, a.accepted_hist);
+      }
+      EXPECT_EQ(b.commit_passes, a.commit_passes);
+      EXPECT_EQ(b.denoise_passes + b.fused_hits, a.denoise_passes);
+      hits += b.fused_hits;
+      fused += b.fused_passes;
+    }
+  }
+  EXPECT_GT(hits, 0) << "no fused tail was used in " << fused << " fused passes";
+  std::printf("fused passes: %lld, tails used %lld\n", static_cast<long long>(fused),
+              static_cast<long long>(hits));
+}
+
 // The tile copy of the weights made at load (kernels::Repack) is a layout change only: an engine
 // loaded with --no-repack must give the same tokens in every mode.
 TEST(TinyModel, RepackedWeightsGiveTheSameAnswersAsPlainOnes) {

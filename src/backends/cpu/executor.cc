@@ -207,10 +207,45 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   int64_t total = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int64_t T = static_cast<int64_t>(seqs[s].tokens.size());
-    spans[s] = SeqSpan{total, T, seqs[s].state->n_past()};
+    spans[s] = SeqSpan{total, T, seqs[s].state->n_past(), static_cast<int64_t>(s)};
     total += T;
   }
   const std::span<const SeqSpan> sp(spans, seqs.size());
+  // The layers see a fused sequence (denoise_tail > 0) as two parts in order: its causal tokens,
+  // which commit (and record) as a causal pass of their own, then its tail as a denoise pass
+  // from the state they leave. Rows are computed independently of the batch (kernels), so each
+  // part gets the bits of the separate pass.
+  std::array<SequenceInput, 128> part_storage;
+  std::array<SeqSpan, 128> part_span_storage;
+  std::vector<SequenceInput> part_heap;  // only for > 64 sequences
+  std::vector<SeqSpan> part_span_heap;
+  SequenceInput* parts = part_storage.data();
+  SeqSpan* part_spans = part_span_storage.data();
+  if (2 * seqs.size() > part_storage.size()) {
+    part_heap.resize(2 * seqs.size());
+    part_span_heap.resize(2 * seqs.size());
+    parts = part_heap.data();
+    part_spans = part_span_heap.data();
+  }
+  size_t n_parts = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SequenceInput& in = seqs[s];
+    const int64_t tail = in.denoise_tail;
+    const int64_t causal = sp[s].T - tail;
+    parts[n_parts] = in;
+    parts[n_parts].tokens = in.tokens.first(static_cast<size_t>(causal));
+    parts[n_parts].denoise_tail = 0;
+    part_spans[n_parts++] = SeqSpan{sp[s].row0, causal, sp[s].n_past, sp[s].seq};
+    if (tail == 0) continue;
+    SequenceInput d;
+    d.state = in.state;
+    d.tokens = in.tokens.subspan(static_cast<size_t>(causal));
+    d.kind = PassKind::kDenoise;
+    parts[n_parts] = d;
+    part_spans[n_parts++] = SeqSpan{sp[s].row0 + causal, tail, sp[s].n_past + causal, sp[s].seq};
+  }
+  const std::span<const SequenceInput> lp(parts, n_parts);
+  const std::span<const SeqSpan> lsp(part_spans, n_parts);
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int64_t n = std::min<int64_t>(seqs[s].expert_anchor_rows, sp[s].T);
     for (int64_t t = 0; t < sp[s].T; ++t) {
@@ -243,10 +278,10 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
       kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
     emit("attn_norm", il, h, total, E);
     if (L.is_recurrent()) {
-      GdnLayer(il, layer_slot_[il], seqs, sp, ctx);
+      GdnLayer(il, layer_slot_[il], lp, lsp, ctx);
       emit("gdn_out", il, cur, total, E);
     } else {
-      AttentionLayer(il, layer_slot_[il], seqs, sp, ctx);
+      AttentionLayer(il, layer_slot_[il], lp, lsp, ctx);
       emit("attn_out", il, cur, total, E);
     }
     kernels::Add(x, cur, x, total * E);
@@ -268,7 +303,8 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     emit("result_output", -1, ctx.F(ctx.at_.logits), rows, hp_.n_vocab);
   }
   for (size_t s = 0; s < seqs.size(); ++s) {
-    if (seqs[s].kind == PassKind::kCausal) seqs[s].state->Advance(sp[s].T, seqs[s].record);
+    if (seqs[s].kind == PassKind::kCausal)
+      seqs[s].state->Advance(sp[s].T - seqs[s].denoise_tail, seqs[s].record);
   }
 }
 

@@ -100,6 +100,7 @@ class CpuExecutor final : public model::Executor {
   /// their tile copy (both change the speed).
   std::string Describe() const override;
   int host_threads() const override { return pool_->size(); }
+  bool fuses_passes() const override { return true; }
   std::unique_ptr<model::SequenceState> NewState(const model::StateOptions& options) const override;
   std::unique_ptr<model::ForwardContext> NewContext(
       const model::ContextOptions& options) const override;
@@ -121,11 +122,14 @@ class CpuExecutor final : public model::Executor {
   const std::vector<kernels::ActFormat>& activation_formats() const { return formats_; }
 
  private:
-  // Rows [row0, row0 + T) of the batch buffers belong to one sequence at committed length n_past.
+  // Rows [row0, row0 + T) of the batch buffers belong to one sequence at committed length n_past
+  // (for the denoise tail of a fused pass: n_past after the pass's causal tokens); `seq` is the
+  // sequence's index in the batch (its GDN scratch slot).
   struct SeqSpan {
     int64_t row0 = 0;
     int64_t T = 0;
     int64_t n_past = 0;
+    int64_t seq = 0;
   };
   void Run(std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx,
            model::ForwardObserver* observer, int first_layer, const float* residual) const;

@@ -288,6 +288,66 @@ TEST(CpuExecutor, RollbackEqualsForwardingTheAcceptedPrefix) {
   }
 }
 
+// A fused pass (denoise_tail) gives, bit for bit, the causal pass of its first tokens followed by
+// the denoise pass of its tail, and commits (and records) only the causal tokens: F32 tiles and
+// the int8 path of Q4_0 alike, with a second sequence in the batch.
+TEST(CpuExecutor, FusedPassEqualsCommitThenDenoiseBitForBit) {
+  for (const std::string type : {"F32", "Q4_0"}) {
+    SCOPED_TRACE(type);
+    Runner r(Synth("fuse_" + type + ".gguf", "clover_moe", "official", type));
+    const Hparams& hp = r.model->hparams();
+    const int64_t V = r.n_vocab();
+    const auto prompt = RandomTokens(20, 50, 1500);
+    const auto block = RandomTokens(9, 51, 1500);
+    std::vector<int32_t> tail(7, 1626);
+    tail[0] = 123;
+    auto a = r.State(), b = r.State(), other = r.State();
+    r.Run(*a, prompt);
+    r.Run(*b, prompt);
+    r.Run(*other, prompt);
+    const auto commit = r.Run(*a, block, PassKind::kCausal, LogitRows::kAll, /*record=*/true);
+    const auto denoise = r.Run(*a, tail, PassKind::kDenoise);
+    std::vector<int32_t> fused = block;
+    fused.insert(fused.end(), tail.begin(), tail.end());
+    const auto more = RandomTokens(4, 52, 1500);
+    SequenceInput ins[2] = {{b.get(), fused, PassKind::kCausal, LogitRows::kAll, true},
+                            {other.get(), more, PassKind::kCausal, LogitRows::kLast}};
+    ins[0].denoise_tail = 7;
+    r.exec->Forward(ins, *r.ctx);
+    const auto got = r.ctx->logits(0);
+    ASSERT_EQ(got.size(), static_cast<size_t>(16 * V));
+    EXPECT_EQ(std::memcmp(got.data(), commit.data(), commit.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(got.data() + 9 * V, denoise.data(), denoise.size() * sizeof(float)), 0);
+    EXPECT_EQ(b->n_past(), 29);
+    EXPECT_EQ(b->recorded_tokens(), 9);
+    EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
+    // The recording holds the causal tokens only: rolling back cuts the same prefix.
+    a->RollbackTo(4);
+    b->RollbackTo(4);
+    EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
+    const auto next = RandomTokens(3, 53, 1500);
+    const auto na = r.Run(*a, next), nb = r.Run(*b, next);
+    EXPECT_EQ(std::memcmp(na.data(), nb.data(), na.size() * sizeof(float)), 0);
+  }
+  // The tail needs a causal pass with at least one causal token, and recording room for those.
+  Runner r(Synth("fuse_F32.gguf", "clover_moe", "official", "F32"));
+  auto st = r.State(512, 4);
+  const auto toks = RandomTokens(8, 54, 1500);
+  SequenceInput in{st.get(), toks, PassKind::kCausal, LogitRows::kAll, true};
+  in.denoise_tail = 4;
+  r.exec->Forward({&in, 1}, *r.ctx);  // 4 recorded tokens fit
+  EXPECT_EQ(st->n_past(), 4);
+  in.denoise_tail = 3;  // 5 recorded tokens do not
+  EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
+  in.denoise_tail = 8;
+  EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
+  in.denoise_tail = 4;
+  in.kind = PassKind::kDenoise;
+  in.record = false;
+  EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
+  EXPECT_EQ(st->n_past(), 4);
+}
+
 TEST(CpuExecutor, TwoSequencesInOneBatchMatchSeparateRuns) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   const auto p1 = RandomTokens(17, 10, 1500), p2 = RandomTokens(9, 11, 1500);
@@ -321,6 +381,10 @@ TEST(CpuExecutor, ForwardDoesNotAllocate) {
                         {st.get(), block, PassKind::kCausal, LogitRows::kAll, true}};
   r.exec->Forward({&in[0], 1}, *r.ctx);
   r.exec->Forward({&in[1], 1}, *r.ctx);
+  st->RollbackTo(5);
+  SequenceInput fused{st.get(), block, PassKind::kCausal, LogitRows::kAll, true};
+  fused.denoise_tail = 8;  // a fused pass: 8 committed tokens, then an 8-token denoise tail
+  r.exec->Forward({&fused, 1}, *r.ctx);
   st->RollbackTo(5);
   for (int i = 0; i < 4; ++i) {
     SequenceInput one{st.get(), std::span(block).subspan(i, 1), PassKind::kCausal,

@@ -94,7 +94,7 @@ void CpuExecutor::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
     float* conv_state = st.conv_state(r);
     float* ssm_state = st.ssm_state(r);
     if (in.kind == PassKind::kDenoise) {
-      float* scratch = f + at.gdn_scratch + static_cast<int64_t>(s) * ctx.gdn_scratch_floats_;
+      float* scratch = f + at.gdn_scratch + sp.seq * ctx.gdn_scratch_floats_;
       GdnDenoiseState(conv_state, ssm_state, st.conv_floats(), st.ssm_floats(), scratch,
                       scratch + st.conv_floats());
       conv_state = scratch;
