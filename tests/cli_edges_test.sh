@@ -29,7 +29,10 @@ expect 2 "the prompt \(-p\) is empty" run -p ""
 expect 2 "the prompt file '.*empty.txt' is empty" run -f "$dir/empty.txt"
 expect 2 "give exactly one of -p TEXT or -f FILE" run
 # Context size: at least 1, at most 2^24 tokens, in every model-running command.
-expect 2 "ctx-size: Value 0 not in range" run -p hi -c 0
+# -c 0 (run's default) is the model's training context (at most 4096): no warning about exceeding
+# it unless -c asks for more.
+out=$("$cw" run -p hi -n 2 -c 0 --log-level warn 2>&1) || { echo "FAIL: run -c 0 -> $out"; fail=1; }
+if grep -q "this model was trained on" <<<"$out"; then echo "FAIL: run's default context warns: $out"; fail=1; fi
 expect 2 "ctx-size: Value -5 not in range" run -p hi -c -5
 expect 2 "ctx-size: Value 99999999999 not in range" run -p hi -c 99999999999
 expect 2 "ctx-size: Value 0 not in range" bench -c 0

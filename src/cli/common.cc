@@ -41,12 +41,14 @@ void ModelFlags::Add(CLI::App* cmd, Command command, bool model_required) {
         ->envname("LLAMA_ARG_THREADS_BATCH");
   }
   {
-    cmd->add_option("-c,--ctx-size", n_ctx,
-                    command == kServe
-                        ? "total context over all slots, split evenly (0: 4096 per slot)"
-                        : "context size in tokens (prompt + answer)")
+    cmd->add_option(
+           "-c,--ctx-size", n_ctx,
+           command == kServe ? "total context over all slots, split evenly (0: 4096 per slot)"
+           : command == kRun ? "context size in tokens, prompt + answer (0: the model's training "
+                               "context, at most 4096)"
+                             : "context size in tokens (prompt + answer)")
         ->capture_default_str()
-        ->check(CLI::Range(int64_t{command == kServe ? 0 : 1}, kMaxCtx))
+        ->check(CLI::Range(int64_t{command & (kServe | kRun) ? 0 : 1}, kMaxCtx))
         ->envname("LLAMA_ARG_CTX_SIZE");
   }
   if (command & (kRun | kServe)) {

@@ -130,11 +130,16 @@ void Run(const RunFlags& f) {
   auto engine = engine::Engine::Load(f.model.ToEngineOptions());
   const Logger& log = engine->logger();
   const int64_t n_train = engine->model().hparams().n_ctx_train;
-  if (n_train > 0 && f.model.n_ctx > n_train) {
+  // -c 0 (the default): the training context, at most 4096, as serve's per-slot default; only a
+  // context the user asked for can exceed the training one (and get the warning).
+  const int64_t ctx_size = f.model.n_ctx > 0 ? f.model.n_ctx
+                           : n_train > 0     ? std::min<int64_t>(4096, n_train)
+                                             : 4096;
+  if (n_train > 0 && ctx_size > n_train) {
     log.Warn(
         "-c {} exceeds the {} tokens this model was trained on: answers past {} tokens may "
         "degrade",
-        f.model.n_ctx, n_train, n_train);
+        ctx_size, n_train, n_train);
   }
   decode::DecodeParams params = f.decode.Apply(engine->DefaultDecodeParams());
   if (f.model.batch) {
@@ -166,9 +171,9 @@ void Run(const RunFlags& f) {
     params.grammar = engine->CompileGrammar(gbnf, params.think_open, limits);
   }
   const int64_t n_ctx =
-      std::min<int64_t>(f.model.n_ctx, static_cast<int64_t>(prompt.size()) + params.max_tokens);
-  if (static_cast<int64_t>(prompt.size()) >= f.model.n_ctx) {
-    Fail("the prompt has {} tokens; the context (-c) holds {}", prompt.size(), f.model.n_ctx);
+      std::min<int64_t>(ctx_size, static_cast<int64_t>(prompt.size()) + params.max_tokens);
+  if (static_cast<int64_t>(prompt.size()) >= ctx_size) {
+    Fail("the prompt has {} tokens; the context (-c) holds {}", prompt.size(), ctx_size);
   }
   auto state = engine->NewState(n_ctx, kv_type);
   log.Info("model {} loaded in {:.2f} s; {} prompt tokens; mode {}", engine->model_name(),
@@ -286,6 +291,7 @@ void Run(const RunFlags& f) {
 void RegisterRunCommand(CLI::App& app) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* cmd = app.add_subcommand("run", "generate text from a prompt, streaming it to stdout");
+  flags->model.n_ctx = 0;  // the model's training context, at most 4096 (llama.cpp's -c 0)
   flags->model.Add(cmd, kRun, /*model_required=*/false);
   flags->decode.Add(cmd, kRun);
   AddNoEffectFlags(cmd, kRun, flags->notes);

@@ -416,6 +416,8 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
                    .count();
   wc.model = model_name;
   wc.mode = params.mode;
+  wc.temperature = params.sampling.temperature;
+  wc.top_p = params.sampling.top_p;
   wc.include_usage = job.gen.include_usage;
   wc.logprobs = job.gen.logprobs >= 0;
   wc.new_id = [this](const char* prefix) { return NewId(prefix); };

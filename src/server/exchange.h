@@ -120,6 +120,8 @@ struct WriterContext {
   int64_t created = 0;         ///< unix seconds
   std::string model;           ///< the model's name in responses
   decode::Mode mode{};         ///< the request's decoding mode
+  float temperature = 0;       ///< the sampling temperature in effect (request or server default)
+  float top_p = 1;             ///< the top-p in effect
   int64_t prompt_tokens = 0;   ///< tokens of the prompt (known before the first token)
   bool include_usage = false;  ///< OpenAI stream_options.include_usage
   bool logprobs = false;       ///< per-token logprobs asked for

@@ -37,6 +37,16 @@ json DecodingJson(decode::Mode mode, int block_size, float threshold, int draft_
           {"draft_max", draft_max}};
 }
 
+// The settings a request that names none gets: its token limit is serve's -n, and -1 (the rest of
+// the slot's context, as llama-server) when -n is not given, not DecodeParams' internal default.
+json DefaultParamsJson(const RequestDefaults& d) {
+  json j = ParamsJson(d.params);
+  const int64_t n = d.n_predict > 0 ? d.n_predict : -1;
+  j["n_predict"] = n;
+  j["max_tokens"] = n;
+  return j;
+}
+
 std::string TokenText(const tokenizer::Tokenizer& tok, std::optional<int32_t> id) {
   std::string s;
   if (id) tokenizer::AppendUtf8Lossy(tok.TokenBytes(*id), s);
@@ -53,7 +63,7 @@ void Server::Impl::HandleProps(const http::Request&, http::Response& res) {
               {"n_ctx", n_ctx_slot},
               {"speculative", p.mode == decode::Mode::kSpec},
               {"is_processing", false},
-              {"params", ParamsJson(p)},
+              {"params", DefaultParamsJson(defaults)},
               {"crossword", DecodingJson(p.mode, p.block_size, p.threshold, p.draft_max)}};
   std::string tmpl;
   if (auto src = engine->model().file().GetString("tokenizer.chat_template")) tmpl = *src;
@@ -108,7 +118,7 @@ void Server::Impl::HandleSlots(const http::Request& req, http::Response& res) {
                      {"n_ctx", n_ctx_slot},
                      {"speculative", p.mode == decode::Mode::kSpec},
                      {"is_processing", s.busy},
-                     {"params", ParamsJson(p)},
+                     {"params", s.busy ? ParamsJson(p) : DefaultParamsJson(defaults)},
                      {"next_token",
                       {{"has_next_token", s.busy},
                        {"has_new_line", false},

@@ -4,6 +4,7 @@
 #include "server/responses.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "server/server_impl.h"
 
@@ -415,6 +416,10 @@ class ResponsesWriter : public ProtocolWriter {
               {"model", c_.model},
               {"output", std::move(output)}};
     for (const auto& [k, v] : echo_.fields.items()) r[k] = v;
+    // The sampling settings in effect, not OpenAI's defaults: a request that names none samples
+    // with the server's (greedy unless --temp says otherwise).
+    r["temperature"] = std::round(static_cast<double>(c_.temperature) * 1e6) / 1e6;
+    r["top_p"] = std::round(static_cast<double>(c_.top_p) * 1e6) / 1e6;
     r["usage"] = nullptr;
     if (f) {
       const auto& o = f->outcome;

@@ -16,6 +16,9 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
   assert.equal(d.n_ctx, 1024);
   assert.equal(typeof d.params.temperature, "number");
   assert.equal(typeof d.params.top_k, "number");
+  // No -n: a request without max_tokens runs to the end of its slot's context, as llama-server says.
+  assert.equal(d.params.n_predict, -1);
+  assert.equal(d.params.max_tokens, -1);
   assert.ok(Array.isArray(d.params.samplers));
   assert.equal(d.crossword.mode, "diffusion");
   assert.equal(d.crossword.threshold.toFixed(2), "0.90");
@@ -29,6 +32,7 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
 
 check("/slots: idle slots, then a busy one with its decoding mode and tokens per pass", async () => {
   let r = await get(srv.base, "/slots");
+  for (const s of r.body) assert.equal(s.params.n_predict, -1, "an idle slot shows the default limit");
   assert.equal(r.status, 200);
   assert.equal(r.body.length, 2);
   for (const [i, s] of r.body.entries()) {

@@ -113,6 +113,15 @@ if (trained) {
   });
 }
 
+check("the sampling settings in effect are echoed (the server's defaults when the request names none)", async () => {
+  const d = (await get(srv.base, "/props")).body.default_generation_settings.params;
+  const a = await post(srv.base, "/v1/responses", { input: "Hi", max_output_tokens: 4 });
+  assert.equal(a.status, 200);
+  assert.ok(Math.abs(a.body.temperature - d.temperature) < 1e-6, `${a.body.temperature} vs ${d.temperature}`);
+  const b = await post(srv.base, "/v1/responses", { input: "Hi", max_output_tokens: 4, temperature: 0.5 });
+  assert.equal(b.body.temperature, 0.5);
+});
+
 check("max_output_tokens cut: status incomplete with the reason", async () => {
   const r = await client.responses.create({ model: "m", input: "Tell me a long story.", max_output_tokens: 3, reasoning: { effort: "none" } });
   assert.equal(r.status, "incomplete");
