@@ -52,9 +52,12 @@ test-sanitizers: deps
 	@cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  ctest --output-on-failure -j$(JOBS) --timeout 900 -R '$(TSAN_TESTS)'
 
-# libFuzzer runs (clang, ASan/UBSan) of the GGUF reader, on a corpus seeded with synthesized files,
-# and of the request path (body -> gate -> validation -> template -> output parser), seeded with
-# the test requests in fuzz/request_seeds; FUZZ_SECONDS each, one after the other. Findings (crash-*,
+# libFuzzer runs (clang, ASan/UBSan), FUZZ_SECONDS each, one after the other: the GGUF reader on a
+# corpus seeded with synthesized files; the request path (a selector byte, then a JSON body of the
+# OpenAI, Anthropic Messages or Responses routes -> gate -> translation -> validation -> template
+# -> output parser); raw HTTP bytes (the transport's framing with Beast's parser and its limits,
+# pipelining, then each body down the request path). Both request corpora are seeded by
+# fuzz/make_request_seeds.py from the test requests in fuzz/request_seeds. Findings (crash-*,
 # leak-*, timeout-*) are written to build-fuzz/; the corpora grow in build-fuzz/*corpus.
 FUZZ_SECONDS ?= 60
 FUZZ_NICE ?=
@@ -64,13 +67,16 @@ fuzz: deps fuzz-build
 	@$(FUZZ_NICE) build-fuzz/request_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	  -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 -dict=fuzz/json.dict \
 	  -artifact_prefix=build-fuzz/ build-fuzz/request-corpus
+	@$(FUZZ_NICE) build-fuzz/http_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	  -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 -dict=fuzz/http.dict \
+	  -artifact_prefix=build-fuzz/ build-fuzz/http-corpus
 
 fuzz-build:
 	@cmake -S fuzz -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 	@cmake --build build-fuzz -j$(JOBS)
-	@mkdir -p build-fuzz/corpus build-fuzz/request-corpus && build-fuzz/gguf_fuzz_seeds build-fuzz/corpus
-	@cp -n fuzz/request_seeds/*.json build-fuzz/request-corpus/
+	@mkdir -p build-fuzz/corpus && build-fuzz/gguf_fuzz_seeds build-fuzz/corpus
+	@fuzz/make_request_seeds.py build-fuzz/request-corpus build-fuzz/http-corpus
 
 # Retrains the embedded tiny model from scratch (corpus, BPE, ~105 min of CPU training in three stages, evaluation):
 # writes models/clover-tiny.gguf; logs and the held-out evaluation go to $(BUILD)/tiny/.
