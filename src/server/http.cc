@@ -21,6 +21,8 @@
 #include <set>
 #include <thread>
 
+#include "server/http_framing.h"
+
 namespace crossword::server::http {
 
 namespace net = boost::asio;
@@ -30,17 +32,6 @@ using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-bool SameName(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
 
 std::string Str(beast::string_view v) { return std::string(v.data(), v.size()); }
 
@@ -77,70 +68,7 @@ std::string StatusLine(int status) {
          "\r\n";
 }
 
-// %XX decoded (as cpp-httplib did for paths; a bad escape stays as it is).
-std::string PercentDecode(std::string_view in) {
-  auto hex = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == '%' && i + 2 < in.size() && hex(in[i + 1]) >= 0 && hex(in[i + 2]) >= 0) {
-      out += static_cast<char>(hex(in[i + 1]) * 16 + hex(in[i + 2]));
-      i += 2;
-    } else {
-      out += in[i];
-    }
-  }
-  return out;
-}
-
 }  // namespace
-
-std::string Request::get_header_value(std::string_view name) const {
-  for (const auto& [k, v] : headers)
-    if (SameName(k, name)) return v;
-  return "";
-}
-
-bool Request::has_header(std::string_view name) const {
-  for (const auto& h : headers)
-    if (SameName(h.first, name)) return true;
-  return false;
-}
-
-namespace {
-
-// Finds `name` among the '&'-separated parameters of `query`: its value, or nullopt.
-std::optional<std::string> FindParam(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view item = query.substr(0, amp);
-    const size_t eq = item.find('=');
-    if (item.substr(0, eq) == name)
-      return eq == std::string_view::npos ? std::string() : std::string(item.substr(eq + 1));
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-bool Request::has_param(std::string_view name) const { return FindParam(query, name).has_value(); }
-
-std::string Request::get_param_value(std::string_view name) const {
-  return FindParam(query, name).value_or("");
-}
-
-bool Request::PeerClosed() const {
-  if (fd < 0) return false;
-  pollfd p{fd, POLLRDHUP, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
 
 void Response::set_content(std::string content, std::string_view content_type) {
   body = std::move(content);
@@ -149,7 +77,7 @@ void Response::set_content(std::string content, std::string_view content_type) {
 
 void Response::set_header(std::string_view name, std::string value) {
   for (auto& h : headers) {
-    if (SameName(h.first, name)) {
+    if (SameFieldName(h.first, name)) {
       h.second = std::move(value);
       return;
     }
@@ -159,7 +87,7 @@ void Response::set_header(std::string_view name, std::string value) {
 
 std::string Response::get_header_value(std::string_view name) const {
   for (const auto& [k, v] : headers)
-    if (SameName(k, name)) return v;
+    if (SameFieldName(k, name)) return v;
   return "";
 }
 
@@ -257,10 +185,7 @@ struct HttpServer::Conn : std::enable_shared_from_this<Conn> {
   void ReadHeader() {
     if (srv.stop_requested.load()) return Close();
     parser.emplace();
-    parser->header_limit(static_cast<std::uint32_t>(srv.limits.max_header));
-    // The length is checked once the header is complete (413 or 417). Not boost::none: Beast
-    // 1.74 compares a Content-Length with the optional, and any length exceeds "none".
-    parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+    StartRequest(*parser, srv.limits);
     started = Clock::now();
     // A new connection must send its header within the header deadline; an idle keep-alive
     // one gets the keep-alive time to start, plus the header deadline.
@@ -279,16 +204,7 @@ struct HttpServer::Conn : std::enable_shared_from_this<Conn> {
     r.remote_addr = remote_addr;
     r.remote_port = remote_port;
     r.fd = -1;
-    if (parser) {
-      const auto& m = parser->get();
-      r.method = Str(m.method_string());
-      r.target = Str(m.target());
-      r.version = m.version();
-      const size_t q = r.target.find('?');
-      r.path = PercentDecode(std::string_view(r.target).substr(0, q));
-      if (q != std::string::npos) r.query = r.target.substr(q + 1);
-      for (const auto& f : m) r.headers.emplace_back(Str(f.name_string()), Str(f.value()));
-    }
+    if (parser) FillRequestHeader(*parser, r);
     return r;
   }
 
@@ -347,21 +263,16 @@ struct HttpServer::Conn : std::enable_shared_from_this<Conn> {
         if (buffer.size() > 0) return Fail(408);
         return Close();
       }
-      if (ec == bhttp::error::header_limit) return Fail(431);
-      if (ec == bhttp::error::end_of_stream || ec == net::error::operation_aborted ||
-          ec == net::error::eof || ec == net::error::connection_reset || !parser)
+      if (ec == net::error::operation_aborted || ec == net::error::eof ||
+          ec == net::error::connection_reset || !parser)
         return Close();
-      return Fail(400, ec);  // malformed (a negative or non-numeric Content-Length, ...)
+      // 431, 400 (malformed: a negative or non-numeric Content-Length, ...), or cut short.
+      const int status = ParserErrorStatus(ec);
+      return status == 0 ? Close() : Fail(status, ec);
     }
-    const auto& m = parser->get();
-    const bool expect = SameName(Str(m[bhttp::field::expect]), "100-continue");
-    if (const auto len = parser->content_length(); len && *len > srv.limits.max_body) {
-      return Fail(expect ? 417 : 413);
-    }
-    parser->body_limit(static_cast<std::uint64_t>(srv.limits.max_body));
-    if (expect && m.version() >= 11 && !parser->is_done()) {
-      SendAll(fd(), "HTTP/1.1 100 Continue\r\n\r\n", Clock::now());
-    }
+    const HeaderVerdict verdict = CheckHeader(*parser, srv.limits);
+    if (verdict.status != 0) return Fail(verdict.status);
+    if (verdict.send_continue) SendAll(fd(), "HTTP/1.1 100 Continue\r\n\r\n", Clock::now());
     Arm(started + Ms(srv.limits.request_timeout_s));
     bhttp::async_read(
         socket, buffer, *parser,
@@ -374,11 +285,11 @@ struct HttpServer::Conn : std::enable_shared_from_this<Conn> {
     if (ec) {
       if (ec == bhttp::error::body_limit) return Fail(413);
       if (late) return Fail(408);
-      if (ec == bhttp::error::end_of_stream || ec == net::error::operation_aborted ||
-          ec == net::error::eof || ec == net::error::connection_reset ||
-          ec == bhttp::error::partial_message)
+      if (ec == net::error::operation_aborted || ec == net::error::eof ||
+          ec == net::error::connection_reset || ec == bhttp::error::partial_message)
         return Close();
-      return Fail(400, ec);
+      const int status = ParserErrorStatus(ec);  // 400, or end_of_stream
+      return status == 0 ? Close() : Fail(status, ec);
     }
     if (srv.stop_requested.load()) return Close();
     handling = true;
@@ -390,7 +301,7 @@ struct HttpServer::Conn : std::enable_shared_from_this<Conn> {
     Request req = Partial();
     req.fd = fd();
     req.body = std::move(parser->get().body());
-    const bool client_keeps = parser->keep_alive() && req.version >= 11;
+    const bool client_keeps = KeepsAlive(*parser);
     Response res;
     srv.Dispatch(req, res);
     const bool keep = client_keeps && !srv.stop_requested.load();
