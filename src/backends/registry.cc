@@ -200,7 +200,7 @@ std::unique_ptr<model::Executor> CreateExecutor(std::shared_ptr<const model::Mod
   }
   const std::string name = ResolveDevice(options);
   if (name == "cpu" && options.n_gpu_layers > 0 && options.device == "auto") {
-    options.logger.Info("-ngl {}: no discrete GPU found, every layer runs on the CPU",
+    options.logger.Warn("-ngl {}: no discrete GPU found, every layer runs on the CPU",
                         options.n_gpu_layers);
   }
   std::unique_ptr<model::Executor> e = Find(name)->create(std::move(model), options);
