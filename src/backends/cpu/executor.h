@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -143,6 +144,16 @@ class CpuExecutor final : public model::Executor {
               CpuContext& ctx) const;
   kernels::Activations& Prepare(std::vector<kernels::Activations>& acts, GgmlType type,
                                 const float* x, int64_t rows, int64_t n_in, int64_t ldx) const;
+  /// One product of Project: rows of y (leading dimension ldy) = h x w^T.
+  struct Projection {
+    const kernels::Matrix* w;
+    float* y;
+    int64_t ldy;
+  };
+  /// The products of the normed input h [rows][n_embd] with several matrices in one parallel
+  /// region (the GDN and attention input projections); each activation format is prepared once.
+  void Project(CpuContext& ctx, const float* h, int64_t rows,
+               std::initializer_list<Projection> ps) const;
 
   std::shared_ptr<const model::Model> model_;
   const model::Hparams& hp_;

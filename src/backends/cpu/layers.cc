@@ -31,6 +31,21 @@ void GdnDenoiseState(const float* committed_conv, const float* committed_ssm, in
 
 }  // namespace
 
+void CpuExecutor::Project(CpuContext& ctx, const float* h, int64_t rows,
+                          std::initializer_list<Projection> ps) const {
+  const int64_t E = hp_.n_embd;
+  bool prepared[5] = {false, false, false, false, false};
+  auto& jobs = ctx.jobs_;
+  jobs.clear();
+  for (const Projection& p : ps) {
+    const int fi = static_cast<int>(kernels::ActFormatFor(p.w->type));
+    if (!prepared[fi]) Prepare(ctx.acts_main_, p.w->type, h, rows, E, E);
+    prepared[fi] = true;
+    jobs.push_back({.w = *p.w, .x = &ctx.acts_main_[fi], .n_rows = rows, .y = p.y, .ldy = p.ldy});
+  }
+  kernels::MatMul(jobs, *pool_);
+}
+
 void CpuExecutor::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
                            std::span<const SeqSpan> spans, CpuContext& ctx) const {
   ThreadPool& pool = *pool_;
@@ -54,29 +69,11 @@ void CpuExecutor::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
 
   // Projections qkv, z, beta, alpha of the normed input, in one parallel region.
   const float* h = f + at.normed;
-  auto& jobs = ctx.jobs_;
-  jobs.clear();
-  // Prepare each distinct activation format once.
-  bool prepared[5] = {false, false, false, false, false};
-  for (const kernels::Matrix* m : {&L.attn_qkv, &L.attn_gate, &L.ssm_beta, &L.ssm_alpha}) {
-    const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
-    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, total, E, E);
-    prepared[fi] = true;
-  }
-  auto job = [&](const kernels::Matrix& m, float* y, int64_t ldy) {
-    kernels::MatMulJob j;
-    j.w = m;
-    j.x = &ctx.acts_main_[static_cast<int>(kernels::ActFormatFor(m.type))];
-    j.n_rows = total;
-    j.y = y;
-    j.ldy = ldy;
-    jobs.push_back(j);
-  };
-  job(L.attn_qkv, qkv, conv_dim);
-  job(L.attn_gate, z, d_inner);
-  job(L.ssm_beta, ab, 2 * n_v);
-  job(L.ssm_alpha, ab + n_v, 2 * n_v);
-  kernels::MatMul(jobs, pool);
+  Project(ctx, h, total,
+          {{&L.attn_qkv, qkv, conv_dim},
+           {&L.attn_gate, z, d_inner},
+           {&L.ssm_beta, ab, 2 * n_v},
+           {&L.ssm_alpha, ab + n_v, 2 * n_v}});
 
   // beta = sigmoid(b); g = softplus(a + dt_bias) * ssm_a  (ssm_a = -exp(A_log) <= 0).
   for (int64_t t = 0; t < total; ++t) {
@@ -178,27 +175,8 @@ void CpuExecutor::AttentionLayer(int il, int a_idx, std::span<const SequenceInpu
   float* ao = f + at.attn_out;  // [T][q_dim]
   const float* h = f + at.normed;
 
-  bool prepared[5] = {false, false, false, false, false};
-  for (const kernels::Matrix* m : {&L.attn_q, &L.attn_k, &L.attn_v}) {
-    const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
-    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, total, E, E);
-    prepared[fi] = true;
-  }
-  auto& jobs = ctx.jobs_;
-  jobs.clear();
-  auto job = [&](const kernels::Matrix& m, float* y, int64_t ldy) {
-    kernels::MatMulJob j;
-    j.w = m;
-    j.x = &ctx.acts_main_[static_cast<int>(kernels::ActFormatFor(m.type))];
-    j.n_rows = total;
-    j.y = y;
-    j.ldy = ldy;
-    jobs.push_back(j);
-  };
-  job(L.attn_q, qg, 2 * q_dim);
-  job(L.attn_k, kk, kv_dim);
-  job(L.attn_v, vv, kv_dim);
-  kernels::MatMul(jobs, pool);
+  Project(ctx, h, total,
+          {{&L.attn_q, qg, 2 * q_dim}, {&L.attn_k, kk, kv_dim}, {&L.attn_v, vv, kv_dim}});
 
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SeqSpan& sp = spans[s];
