@@ -308,7 +308,10 @@ TEST(ServeBenchClient, MeasuresKnownTimingsOfAFakeServer) {
   EXPECT_GE(m.ttft_ms.min, kFirst);
   EXPECT_LT(m.ttft_ms.max, kFirst + slack);
   EXPECT_EQ(m.itl_ms.n, 6);
-  EXPECT_GE(m.itl_ms.min, kGap - 1);  // chunk timestamps are taken on arrival
+  // Chunk timestamps are taken on arrival: a chunk read late on a loaded machine shortens the gap
+  // to the next one (a clean-clone run saw 76.9 ms for an 80 ms gap), so the exact bound is on the
+  // sum (E2EL below) and a single gap only has to be clearly a gap.
+  EXPECT_GE(m.itl_ms.min, kGap / 2);
   EXPECT_LT(m.itl_ms.max, kGap + slack);
   // TPOT = (E2EL - TTFT) / 5 ~ 2 * 80 / 5 = 32 ms; E2EL ~ 310 ms.
   EXPECT_GE(m.tpot_ms.min, 2.0 * kGap / 5 - 1);
