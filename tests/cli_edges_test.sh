@@ -51,14 +51,15 @@ expect 2 "-p 0 and -n 0 leave nothing to measure" bench -p 0 -n 0
 expect 2 "-p and -n must be at most 16777216" bench -p 99999999 -n 1
 
 # Ctrl-C: the answer so far, a final newline, the stats line with finish: cancelled, exit 130.
-# A grammar that lets the answer end only after 1,000 characters keeps the model generating.
-printf 'root ::= [a-z ]{1000}\n' >"$dir/long.gbnf"
-"$cw" run -p "Tell me a story." -n 4000 -c 8192 --grammar-file "$dir/long.gbnf" \
+# A grammar that lets the answer end only after 20,000 characters keeps the model generating for
+# seconds on any machine (1,000 characters once finished inside the 0.1 s poll on a fast run).
+printf 'root ::= w{4000}\nw ::= [a-z ]{5}\n' >"$dir/long.gbnf"
+"$cw" run -p "Tell me a story." -n 16000 -c 16384 --grammar-file "$dir/long.gbnf" \
   >"$dir/out" 2>"$dir/err" &
 pid=$!
-for _ in $(seq 1 600); do
+for _ in $(seq 1 3000); do
   [[ $(stat -c %s "$dir/out" 2>/dev/null || echo 0) -ge 20 ]] && break
-  sleep 0.1
+  sleep 0.02
 done
 kill -INT $pid
 wait $pid

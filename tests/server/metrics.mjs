@@ -100,8 +100,13 @@ check("more requests than slots: the waiting gauge rises, running = busy slots <
   assert.ok(Math.max(...running) === 2, `running never reached the 2 slots (max ${Math.max(...running)})`);
   seen.forEach((f, i) => {
     assert.ok(running[i] <= 2, "running above the slot count");
-    // Nobody waits while a slot is free (FIFO admission happens before the next pass).
-    if (waiting[i] > 0) assert.equal(running[i], 2, `scrape ${i}: ${waiting[i]} waiting with ${running[i]} running`);
+    // Nobody waits while a slot is free, except in the instant between a request finishing and the
+    // next one's admission (before the next pass): a scrape can land there, so a free slot with a
+    // queue is allowed on a scrape that is not followed by the same picture.
+    if (waiting[i] > 0 && running[i] < 2 && i + 1 < seen.length) {
+      assert.ok(!(waiting[i + 1] >= waiting[i] && running[i + 1] < 2),
+        `scrapes ${i}, ${i + 1}: ${waiting[i]} then ${waiting[i + 1]} waiting with a slot free`);
+    }
     assert.equal(value(f, "crossword_slot_utilization"), running[i] / 2);
   });
   const end = seen.at(-1);
