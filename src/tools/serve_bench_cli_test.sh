@@ -5,25 +5,7 @@
 # Usage: serve_bench_cli_test.sh CROSSWORD_BINARY
 set -euo pipefail
 cw=$1
-work=$(mktemp -d)
-server=
-cleanup() {
-  [[ -n $server ]] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-py=/usr/bin/python3
-
-"$cw" serve --port 0 -np 2 -t 1 2>"$work/server.log" >/dev/null &
-server=$!
-for _ in $(seq 600); do
-  grep -q " ready: " "$work/server.log" 2>/dev/null && break
-  kill -0 "$server" 2>/dev/null || { echo "FAIL: server died"; cat "$work/server.log"; exit 1; }
-  sleep 0.1
-done
-port=$(grep -o 'listening on http://[^ ]*' "$work/server.log" | head -1 | sed 's/.*://')
-[[ -n $port ]] || { echo "FAIL: no port in the server log"; cat "$work/server.log"; exit 1; }
-url=http://127.0.0.1:$port
+source "$(dirname "$0")/serve_bench_test_server.sh"
 
 "$cw" bench serve --url "$url" --input-len 32,64 --max-concurrency 1,2 --num-prompts 4 \
   --output-len 8 --warmup 1 --guard-max-other -1 --goodput "ttft:60000" \
