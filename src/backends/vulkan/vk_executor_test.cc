@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -329,8 +330,12 @@ TEST_F(VulkanExecutorTest, AModelThatDoesNotFitSaysWhatItNeedsAndWhichFlagHelps)
 // golden prompts in AR mode on the GPU with exactly the CPU engine's committed greedy tokens
 // (tests/golden/clover_tiny_engine_answers.json: F16 KV, no penalties).
 TEST_F(VulkanExecutorTest, TinyModelAnswersTheGoldenPromptsAsTheCpuEngine) {
-  auto read = [](const std::string& name) {
-    std::ifstream in(std::string(CROSSWORD_SOURCE_DIR) + "/" + name);
+  // CROSSWORD_SOURCE_DIR in the environment: the tree when the binary runs elsewhere (a GPU
+  // machine that received the build, bench/gpu_check.sh).
+  const char* env_root = std::getenv("CROSSWORD_SOURCE_DIR");
+  const std::string root = env_root != nullptr ? env_root : CROSSWORD_SOURCE_DIR;
+  auto read = [&root](const std::string& name) {
+    std::ifstream in(root + "/" + name);
     EXPECT_TRUE(in.good()) << name;
     return nlohmann::json::parse(in);
   };
@@ -338,8 +343,7 @@ TEST_F(VulkanExecutorTest, TinyModelAnswersTheGoldenPromptsAsTheCpuEngine) {
   const nlohmann::json want = read("tests/golden/clover_tiny_engine_answers.json");
   model::LoadOptions lo;
   lo.logger = Logger::Silent();
-  std::shared_ptr<const model::Model> m =
-      model::Model::Load(std::string(CROSSWORD_SOURCE_DIR) + "/models/clover-tiny.gguf", lo);
+  std::shared_ptr<const model::Model> m = model::Model::Load(root + "/models/clover-tiny.gguf", lo);
   ExecutorOptions eo;
   VulkanExecutor gpu(dev(), m, eo);
   model::ContextOptions co;
