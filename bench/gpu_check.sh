@@ -32,6 +32,9 @@ TMPD=${TMPDIR:-/tmp}  # synthesized model files (removed after each run)
 # Unpacked packages and the runtime dir live outside OUT_DIR, which holds only the results (a
 # device machine returns at most 8 files from its output folder).
 VKROOT=$(mktemp -d "$TMPD/gpu_check_vkroot.XXXXXX")
+# Each step's own JSON (embedded in OUT_DIR/gpu_check.json, the one result file beside the log).
+RES=$VKROOT/results
+mkdir -p "$RES"
 # Carried files: CROSSWORD_CARRY (default ROOT/.gpu) may hold deb/*.deb (libvulkan1,
 # vulkan-validationlayers) and lib/*.so* (libraries the binaries need beyond the base image).
 CARRY=${CROSSWORD_CARRY:-$ROOT/.gpu}
@@ -119,7 +122,7 @@ if [[ "$SMALL" != 1 && -z "${VK_ICD_FILENAMES:-}" ]]; then
   if [[ -z "$ICD" ]]; then
     NVLIB=$(ldconfig -p 2>/dev/null | awk '/libGLX_nvidia\.so\.0/ {print $NF; exit}')
     if [[ -n "$NVLIB" ]]; then
-      ICD=$OUT/nvidia_icd.json
+      ICD=$VKROOT/nvidia_icd.json
       printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' \
         "$NVLIB" >"$ICD"
       ENV_NOTES+=("wrote $ICD for $NVLIB")
@@ -178,35 +181,59 @@ step devices 30 "" "$BUILD/bench/crossword-vk-bench" --list-devices
 # them): the runtime test, the two end-to-end runs, the micro-benchmarks, then the other shader
 # tests and the CLI check.
 TEST_LIMIT=$([[ "$SMALL" == 1 ]] && echo 400 || echo 60)
-run_test() { step "test:$1" "$TEST_LIMIT" "" "$BUILD/src/backends/vulkan/$1" --gtest_brief=1; }
+run_test() {
+  step "test:$1" "$TEST_LIMIT" "" "$BUILD/src/backends/vulkan/$1" --gtest_brief=1
+  local rc=$?
+  if ((rc >= 128)) && [[ -z "${CROSSWORD_VK_NO_VALIDATION:-}" ]]; then
+    # Killed by a signal: once more without the validation layer, to tell whose it is.
+    step "test:$1 (no validation layer)" "$TEST_LIMIT" "" env CROSSWORD_VK_NO_VALIDATION=1 \
+      "$BUILD/src/backends/vulkan/$1" --gtest_brief=1
+  fi
+}
 
 # ---- 3. the runtime test on the real driver ------------------------------------------------
 run_test vk_runtime_test
 
 # ---- 4. end to end -------------------------------------------------------------------------
 if [[ "$SMALL" == 1 ]]; then
-  step "e2e:40-layer generated" 240 "$OUT/e2e_40layer.json" "$BUILD/bench/crossword-vk-e2e" "${DEVARG[@]}" \
+  step "e2e:40-layer generated" 240 "$RES/e2e_40layer.json" "$BUILD/bench/crossword-vk-e2e" "${DEVARG[@]}" \
     --synth tiny --layers 40 --type Q4_0 --prompt 32 --decode 8 --reps 1 --tmp "$TMPD" \
-    --json "$OUT/e2e_40layer.json"
-  step "e2e:4-layer file" 240 "$OUT/e2e_4layer.json" "$BUILD/bench/crossword-vk-e2e" "${DEVARG[@]}" \
+    --json "$RES/e2e_40layer.json"
+  step "e2e:4-layer file" 240 "$RES/e2e_4layer.json" "$BUILD/bench/crossword-vk-e2e" "${DEVARG[@]}" \
     --synth tiny --layers 4 --type Q4_0 --real-weights --prompt 32 --decode 8 --reps 1 \
-    --check-cpu 8 --tmp "$TMPD" --json "$OUT/e2e_4layer.json"
+    --check-cpu 8 --tmp "$TMPD" --json "$RES/e2e_4layer.json"
 else
-  step "e2e:40-layer generated" 150 "$OUT/e2e_40layer.json" "$BUILD/bench/crossword-vk-e2e" "${DEVARG[@]}" \
+  step "e2e:40-layer generated" 150 "$RES/e2e_40layer.json" "$BUILD/bench/crossword-vk-e2e" "${DEVARG[@]}" \
     --synth clover-35b-a3b --layers 40 --type Q4_0 --prompt 512 --decode 256 --tmp "$TMPD" \
-    --json "$OUT/e2e_40layer.json"
-  step "e2e:4-layer file" 120 "$OUT/e2e_4layer.json" "$BUILD/bench/crossword-vk-e2e" "${DEVARG[@]}" \
+    --profile --json "$RES/e2e_40layer.json"
+  step "e2e:4-layer file" 120 "$RES/e2e_4layer.json" "$BUILD/bench/crossword-vk-e2e" "${DEVARG[@]}" \
     --synth clover-35b-a3b --layers 4 --type Q4_0 --real-weights --prompt 512 --decode 128 \
-    --check-cpu 16 --tmp "$TMPD" --json "$OUT/e2e_4layer.json"
+    --check-cpu 16 --profile --tmp "$TMPD" --json "$RES/e2e_4layer.json"
+  # The official files' types (Q4_K_M, Q8_0) at full depth: decode and prefill only.
+  for q in Q4_K_M Q8_0; do
+    step "e2e:40-layer generated $q" 90 "$RES/e2e_40layer_$q.json" "$BUILD/bench/crossword-vk-e2e" \
+      "${DEVARG[@]}" --synth clover-35b-a3b --layers 40 --type "$q" --prompt 512 --decode 128 \
+      --tmp "$TMPD" --json "$RES/e2e_40layer_$q.json"
+  done
 fi
+
+# ---- 4b. pass costs by rows (bench --sweep) on the GPU: AR step, verify and denoise passes ----
+SWEEP_GGUF=$TMPD/gpu_check_sweep.gguf
+if [[ "$SMALL" == 1 ]]; then SWEEP_SYNTH="--preset tiny --layers 4"; else
+  SWEEP_SYNTH="--preset clover-35b-a3b --layers 4"; fi
+step "sweep:4-layer file" 120 "$RES/sweep.json" bash -c "'$BUILD/src/cli/crossword' gguf synth \
+  $SWEEP_SYNTH --type Q4_0 -o '$SWEEP_GGUF' >/dev/null && '$BUILD/src/cli/crossword' bench \
+  -m '$SWEEP_GGUF' --device vulkan --sweep -p 512 -n 0 -r 5 -o json >'$RES/sweep.jsonl'; rc=\$?; \
+  rm -f '$SWEEP_GGUF'; python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in \
+  open(sys.argv[1]) if l.strip()]))' '$RES/sweep.jsonl' >'$RES/sweep.json'; exit \$rc"
 
 # ---- 5. micro-benchmarks -------------------------------------------------------------------
 if [[ "$SMALL" == 1 ]]; then
-  step vk_bench 240 "$OUT/vk_bench.json" "$BUILD/bench/crossword-vk-bench" "${DEVARG[@]}" \
-    --small --reps 2 --only read,dispatch,matvec --json "$OUT/vk_bench.json"
+  step vk_bench 240 "$RES/vk_bench.json" "$BUILD/bench/crossword-vk-bench" "${DEVARG[@]}" \
+    --small --reps 2 --only read,dispatch,matvec --json "$RES/vk_bench.json"
 else
-  step vk_bench 100 "$OUT/vk_bench.json" "$BUILD/bench/crossword-vk-bench" "${DEVARG[@]}" \
-    --reps 5 --json "$OUT/vk_bench.json"
+  step vk_bench 100 "$RES/vk_bench.json" "$BUILD/bench/crossword-vk-bench" "${DEVARG[@]}" \
+    --reps 5 --json "$RES/vk_bench.json"
 fi
 
 # ---- 5b. the other shader tests; the CLI on the embedded model ------------------------------
@@ -217,8 +244,8 @@ for t in vk_ops_test vk_matmul_test vk_moe_test vk_seq_test vk_executor_test; do
   run_test "$t"
 done
 # GPU answers equal to the CPU's in ar, diffusion and spec through `crossword run`.
-step "cli:run --device vulkan" 100 "$OUT/cli_check.json" python3 "$ROOT/bench/gpu_cli_check.py" \
-  "$BUILD/src/cli/crossword" "$OUT/cli_check.json" --questions "$([[ "$SMALL" == 1 ]] && echo 1 || echo 3)"
+step "cli:run --device vulkan" 100 "$RES/cli_check.json" python3 "$ROOT/bench/gpu_cli_check.py" \
+  "$BUILD/src/cli/crossword" "$RES/cli_check.json" --questions "$([[ "$SMALL" == 1 ]] && echo 1 || echo 3)"
 
 # ---- 6. report -----------------------------------------------------------------------------
 write_report

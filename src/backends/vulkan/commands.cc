@@ -37,6 +37,7 @@ CommandList::~CommandList() {
   vkDeviceWaitIdle(dev);
   device_.FreeCommandBuffer(cb_);
   for (VkDescriptorPool p : pools_) vkDestroyDescriptorPool(dev, p, nullptr);
+  if (queries_ != VK_NULL_HANDLE) vkDestroyQueryPool(dev, queries_, nullptr);
 }
 
 bool CommandList::UsesInt8(GgmlType type) const {
@@ -95,6 +96,37 @@ void CommandList::Begin(BufferView params, const OpConfig& config) {
   dummy_next_ = 0;
   // Earlier submissions (uploads, the previous replay) wrote what this list reads.
   FullBarrier(cb_, kComputeTransfer, kAllShaderTransfer);
+  names_.clear();
+  if (config_.profile && device_.info().timestamps) {
+    if (queries_ == VK_NULL_HANDLE) {
+      // Enough for the largest pass recorded (about 1,000 dispatches at 40 layers); dispatches
+      // past the capacity are not timed.
+      query_capacity_ = 8192;
+      VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+      qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+      qi.queryCount = query_capacity_;
+      CheckVk(vkCreateQueryPool(device_.device(), &qi, nullptr, &queries_), "vkCreateQueryPool");
+    }
+    vkCmdResetQueryPool(cb_, queries_, 0, query_capacity_);
+    vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, 0);
+  }
+}
+
+std::vector<ProfileSample> CommandList::Profile() const {
+  std::vector<ProfileSample> out;
+  if (queries_ == VK_NULL_HANDLE || names_.empty()) return out;
+  const uint32_t n = static_cast<uint32_t>(names_.size()) + 1;
+  std::vector<uint64_t> ts(n);
+  CheckVk(
+      vkGetQueryPoolResults(device_.device(), queries_, 0, n, n * sizeof(uint64_t), ts.data(),
+                            sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+      "vkGetQueryPoolResults");
+  const double ns = device_.info().timestamp_period_ns;
+  out.reserve(names_.size());
+  for (size_t i = 0; i < names_.size(); ++i) {
+    out.push_back({names_[i], static_cast<double>(ts[i + 1] - ts[i]) * ns * 1e-3});
+  }
+  return out;
 }
 
 void CommandList::End() {
@@ -248,6 +280,11 @@ void CommandList::Dispatch(std::string_view name, std::span<const uint32_t> spec
                      Device::kPushBytes, words);
   vkCmdDispatch(cb_, gx, gy, gz);
   ++dispatches_;
+  if (config_.profile && queries_ != VK_NULL_HANDLE && names_.size() + 1 < query_capacity_) {
+    names_.emplace_back(name);
+    vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_,
+                        static_cast<uint32_t>(names_.size()));
+  }
 }
 
 void CommandList::Copy(BufferView src, BufferView dst) {

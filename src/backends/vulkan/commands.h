@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,6 +39,10 @@ enum class MatPath { kAuto, kFloat, kInt8 };
 struct OpConfig {
   Reduction reduction = Reduction::kAuto;
   MatPath mat_path = MatPath::kAuto;
+  /// Writes a GPU timestamp after every dispatch (devices with timestamps; ignored elsewhere):
+  /// CommandList::Profile() then gives each dispatch's time. Bench tools only (the timestamps
+  /// cost a little and serialize nothing, so a dispatch's time is from the previous one's end).
+  bool profile = false;
 };
 
 enum class Access { kRead, kWrite, kReadWrite };
@@ -49,6 +54,13 @@ struct Binding {
   BufferView view;
   Access access = Access::kRead;
   uint32_t unit_bytes = 4;
+};
+
+/// One dispatch's share of a profiled replay (OpConfig::profile): the shader variant and the
+/// microseconds from the end of the previous command to its end (GPU timestamps).
+struct ProfileSample {
+  std::string name;
+  double us = 0;
 };
 
 /// A recorded, replayable command buffer with its descriptor sets. Not thread-safe.
@@ -99,6 +111,10 @@ class CommandList {
   /// A full barrier regardless of tracking.
   void Barrier();
 
+  /// The dispatches of the last Run() with their times; empty unless recorded with
+  /// OpConfig::profile on a device with timestamps. Call after Run() (or Wait()).
+  std::vector<ProfileSample> Profile() const;
+
   int dispatch_count() const { return dispatches_; }
   int barrier_count() const { return barriers_; }
   VkCommandBuffer handle() const { return cb_; }
@@ -127,6 +143,10 @@ class CommandList {
   int dispatches_ = 0;
   int barriers_ = 0;
   // Private dummy ranges for unused optional bindings (one per use, so they never conflict).
+  // Profiling: one timestamp at Begin and one after each dispatch (names_[i] for query i + 1).
+  VkQueryPool queries_ = VK_NULL_HANDLE;
+  uint32_t query_capacity_ = 0;
+  std::vector<std::string> names_;
   std::unique_ptr<MemoryPool> dummy_pool_;
   BufferView dummy_;
   uint64_t dummy_next_ = 0;

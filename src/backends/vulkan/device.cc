@@ -440,6 +440,7 @@ void Device::Init(const DeviceOptions& options) {
   vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 
   max_binding_bytes_ = info_.max_storage_range;
+  stage_device_memory_ = options.stage_device_memory;
   if (options.max_binding_bytes > 0) {
     max_binding_bytes_ = std::min<uint64_t>(max_binding_bytes_, options.max_binding_bytes);
   }

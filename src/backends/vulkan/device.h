@@ -87,6 +87,9 @@ struct DeviceOptions {
   /// Bytes one binding may span (0 = the device's maxStorageBufferRange). Tests lower it to
   /// exercise the splitting of large tensors on small shapes.
   uint64_t max_binding_bytes = 0;
+  /// Tests: device memory is never mapped, even where it is host-visible (lavapipe, integrated
+  /// GPUs), so uploads and read-backs take the staging path a discrete GPU takes.
+  bool stage_device_memory = false;
   Logger logger;
 };
 
@@ -124,6 +127,8 @@ class Device {
   VkPipelineLayout pipeline_layout() const { return pipeline_layout_; }
   /// Bytes one descriptor binding may span (options.max_binding_bytes or the device limit).
   uint64_t max_binding_bytes() const { return max_binding_bytes_; }
+  /// DeviceOptions::stage_device_memory.
+  bool stages_device_memory() const { return stage_device_memory_; }
   /// Alignment of every sub-allocation and descriptor offset (>= minStorageBufferOffsetAlignment).
   uint64_t alignment() const { return alignment_; }
   /// The subgroup path is available (arithmetic + shuffle, size >= 4, size control or fixed).
@@ -181,6 +186,7 @@ class Device {
   VkFence fence_ = VK_NULL_HANDLE;
   bool in_flight_ = false;
   uint64_t max_binding_bytes_ = 0;
+  bool stage_device_memory_ = false;
   uint64_t alignment_ = 256;
   bool subgroup_ok_ = false;
   std::unique_ptr<ValidationState> validation_;

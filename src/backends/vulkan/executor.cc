@@ -503,7 +503,8 @@ std::unique_ptr<model::ForwardContext> VulkanExecutor::NewContext(
 
 CommandList& VulkanExecutor::ListFor(DeviceState& st, int64_t T, PassKind kind, LogitRows rows,
                                      bool record) const {
-  const DeviceState::Key key{T, static_cast<int>(kind), static_cast<int>(rows), record ? 1 : 0};
+  const DeviceState::Key key{T, static_cast<int>(kind), static_cast<int>(rows), record ? 1 : 0,
+                             profile_ ? 1 : 0};
   auto it = st.lists_.find(key);
   if (it != st.lists_.end()) return *it->second;
   if (static_cast<int>(st.lists_.size()) >= options_.max_recorded_shapes) {
@@ -511,7 +512,9 @@ CommandList& VulkanExecutor::ListFor(DeviceState& st, int64_t T, PassKind kind, 
     st.list_order_.erase(st.list_order_.begin());
   }
   auto cl = std::make_unique<CommandList>(device_);
-  cl->Begin(st.params_, options_.ops);
+  OpConfig ops = options_.ops;
+  ops.profile = profile_;
+  cl->Begin(st.params_, ops);
   RecordPass(*cl, st, T, kind, rows, record);
   cl->End();
   st.list_order_.push_back(key);
@@ -528,6 +531,7 @@ void VulkanExecutor::RunChunk(DeviceState& st, std::span<const int32_t> tokens, 
   cl.Run();
   last_dispatches_ = cl.dispatch_count();
   last_barriers_ = cl.barrier_count();
+  if (profile_) last_profile_ = cl.Profile();
   const int64_t n = model::LogitRowCount(rows, T);
   if (n > 0) {
     std::memcpy(logits_out, s_->logits.host,

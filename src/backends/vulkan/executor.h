@@ -92,7 +92,7 @@ class DeviceState final : public model::SequenceState {
   };
   struct Key {
     int64_t T;
-    int kind, rows, record;
+    int kind, rows, record, profile;
     auto operator<=>(const Key&) const = default;
   };
 
@@ -173,6 +173,12 @@ class VulkanExecutor final : public model::Executor {
   /// Dispatches and barriers of the command list last replayed (bench, tests).
   int last_dispatch_count() const { return last_dispatches_; }
   int last_barrier_count() const { return last_barriers_; }
+  /// Bench tools: passes after this record a GPU timestamp after every dispatch (lists are
+  /// recorded again for the new setting; the profiled replay allocates, the others do not).
+  void set_profile(bool on) { profile_ = on; }
+  /// The dispatches of the last replayed list with their GPU times (empty unless profiling on a
+  /// device with timestamps).
+  const std::vector<ProfileSample>& last_profile() const { return last_profile_; }
 
  private:
   friend class DeviceState;
@@ -206,6 +212,8 @@ class VulkanExecutor final : public model::Executor {
   int n_layers_ = 0;             // trunk layers on the device
   uint64_t weight_bytes_ = 0;
   mutable int last_dispatches_ = 0, last_barriers_ = 0;
+  bool profile_ = false;
+  mutable std::vector<ProfileSample> last_profile_;
 };
 
 }  // namespace crossword::vulkan

@@ -86,6 +86,7 @@ MemoryPool::MemoryPool(Device& device, MemoryKind kind, uint64_t block_bytes)
   heap_ = mp.memoryTypes[type].heapIndex;
   const VkMemoryPropertyFlags f = mp.memoryTypes[type].propertyFlags;
   mapped_ = (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) && (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+  if (kind == MemoryKind::kDevice && device.stages_device_memory()) mapped_ = false;
 }
 
 MemoryPool::~MemoryPool() {

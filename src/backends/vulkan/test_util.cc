@@ -47,6 +47,10 @@ Device* SharedDevice(std::string* why) {
             "crossword vulkan tests: validation layer OFF (CROSSWORD_VK_NO_VALIDATION=1)\n");
       }
       o.max_binding_bytes = uint64_t{1} << 20;
+      // CROSSWORD_VK_STAGE=1: uploads and read-backs through staging buffers, as on a discrete
+      // GPU (lavapipe's device memory is host-visible and would be written directly).
+      const char* stage = std::getenv("CROSSWORD_VK_STAGE");
+      o.stage_device_memory = stage && std::string(stage) == "1";
       o.on_validation_message = [](std::string_view msg) {
         std::fprintf(stderr, "VALIDATION: %.*s\n", static_cast<int>(msg.size()), msg.data());
       };
@@ -54,6 +58,11 @@ Device* SharedDevice(std::string* why) {
       o.logger = Logger(level && *level ? ParseLogLevel(level) : LogLevel::kError);
       try {
         s.device = Device::Open(o);
+        // Close the device before static destruction: the driver (loaded while opening it)
+        // registered its own exit-time teardown first, so a device destroyed from this
+        // function-local static would be destroyed after the driver's teardown (a segfault at
+        // exit on NVIDIA's driver, after every test had passed). atexit runs in reverse order.
+        std::atexit([] { State().device.reset(); });
         std::fprintf(stderr, "crossword vulkan tests on %s\n",
                      DescribeDevice(s.device->info()).c_str());
       } catch (const Error& e) {
