@@ -53,6 +53,21 @@ async function stream(base, body, onFirst = () => {}) {
   return out;
 }
 
+/// Waits until the server has taken n generation requests (crossword_requests_submitted_total):
+/// the fetches are sent together, but on a loaded machine one can reach the server after the
+/// first has started streaming, and a request that arrives after SIGTERM is refused with 503,
+/// which is the drain working, not a request in flight.
+async function waitSubmitted(base, n) {
+  const deadline = Date.now() + 60000;
+  for (;;) {
+    const m = await get(base, "/metrics");
+    const v = Number((/^crossword_requests_submitted_total (\d+)/m.exec(m.text) ?? [])[1] ?? 0);
+    if (v >= n) return;
+    assert.ok(Date.now() < deadline, `only ${v} of ${n} requests reached the server in 60 s`);
+    await sleep(10);
+  }
+}
+
 const exitOf = (srv) => new Promise((r) => (srv.exited() ? r(srv.exited()) : srv.proc.on("exit", (code, signal) => r({ code, signal }))));
 
 check("SIGTERM with streams running and queued: all finish complete, 503 for new work, exit 0 within the bound", async () => {
@@ -66,6 +81,7 @@ check("SIGTERM with streams running and queued: all finish complete, 503 for new
   const streams = [0, 1, 2, 3].map((i) => stream(srv.base, ask(i, 1500), () => ++started === 2 && firstSeen()));
   const plain = post(srv.base, "/v1/chat/completions", ask(4, 750));  // queued, not streamed
   await firstTwo;
+  await waitSubmitted(srv.base, 5);
   const t0 = Date.now();
   srv.proc.kill("SIGTERM");
   await sleep(50);
@@ -106,6 +122,7 @@ check("SIGTERM with requests longer than --drain-timeout: cancelled at the bound
   // fetches: a "queued" one once ran first, finished, and the signal came only after it).
   const streams = [0, 1, 2, 3].map((i) => stream(srv.base, ask(i, 64000), () => firstSeen()));
   await first;
+  await waitSubmitted(srv.base, 4);
   const t0 = Date.now();
   srv.proc.kill("SIGTERM");
   const ex = await exitOf(srv);
