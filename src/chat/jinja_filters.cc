@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "base/error.h"
+#include "base/markup.h"
 #include "chat/jinja_interp.h"
 #include "chat/jinja_strings.h"
 
@@ -20,32 +21,6 @@ std::string Str(const Value& v) { return ToPyStr(v); }
 // Sort key with Jinja's case_sensitive=False behaviour (strings compared lower-cased).
 Value SortKey(const Value& v, bool case_sensitive) {
   return !case_sensitive && v.IsString() ? Value(PyLower(v.str())) : v;
-}
-
-std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
 }
 
 // Python int(str): optional sign, digits with single underscores, surrounding whitespace.

@@ -239,6 +239,15 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   std::vector<uint8_t> half_need(half.size(), 0);
   for (size_t j = 1; j < half.size(); j += 2) half[j] = block[j];  // odd slots committed
   for (size_t j = 0; j + 1 < half.size(); ++j) half_need[j] = half[j + 1] == masked[1];
+  // One timed forward pass; notes the experts per MoE layer and the head rows it used.
+  auto timed = [&](model::SequenceInput& in, PassRow& r) {
+    const auto t0 = Clock::now();
+    x.Forward({&in, 1}, ctx);
+    const double ms = 1e3 * Seconds(t0, Clock::now());
+    r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
+    r.head_rows = ctx.head_rows();
+    return ms;
+  };
   auto run = [&](PassRow& r) {
     st->Restore(snap);
     st->SaveSnapshot(snap);  // renewed: a snapshot survives only the last 4096 KV rewrites
@@ -259,12 +268,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
           in.record = true;
         }
       }
-      const auto t0 = Clock::now();
-      x.Forward({&in, 1}, ctx);
-      const double ms = 1e3 * Seconds(t0, Clock::now());
-      r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
-      r.head_rows = ctx.head_rows();
-      return ms;
+      return timed(in, r);
     }
     const bool denoise = r.test.starts_with("denoise");
     const bool mid = r.test.find("half") != std::string::npos;
@@ -285,12 +289,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     } else {
       in.record = true;
     }
-    const auto t0 = Clock::now();
-    x.Forward({&in, 1}, ctx);
-    const double ms = 1e3 * Seconds(t0, Clock::now());
-    r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
-    r.head_rows = ctx.head_rows();
-    return ms;
+    return timed(in, r);
   };
   for (int i = 0; i < o.warmup + o.reps; ++i) {
     for (PassRow& r : rows) {

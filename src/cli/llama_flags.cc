@@ -211,9 +211,11 @@ void AddNoEffectFlags(CLI::App* cmd, Command command, std::shared_ptr<FlagNotes>
     value("--defrag-thold", "llama.cpp's KV defragmentation threshold (also -dt)",
           always("the KV cache of a slot is contiguous"));
   }
-  if (command & kServe) {
+  if (command & (kServe | kRun)) {
     flag("--jinja", "chat templates are rendered with Jinja (always)", "");
     flag("--no-jinja", "llama.cpp's built-in template handlers", "templates are always Jinja");
+  }
+  if (command & kServe) {
     flag("--metrics", "GET /metrics (always on)", "");
     flag("--slots", "GET /slots (on unless --no-slots)", "");
     flag("--webui", "the chat page at / (on unless --no-webui)", "");
@@ -232,8 +234,6 @@ void AddNoEffectFlags(CLI::App* cmd, Command command, std::shared_ptr<FlagNotes>
     flag("--swa-full", "llama.cpp's full-size SWA cache", "the model has no sliding-window layers");
   }
   if (command & kRun) {
-    flag("--jinja", "the chat template is rendered with Jinja (always)", "");
-    flag("--no-jinja", "llama.cpp's built-in template handlers", "templates are always Jinja");
     flag("--no-conversation", "one prompt, then exit (always; also -no-cnv)", "");
     flag("--single-turn", "one prompt, then exit (always; also -st)", "");
     flag("--no-display-prompt", "the prompt is not echoed (always)", "");

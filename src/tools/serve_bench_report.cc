@@ -11,6 +11,8 @@
 #include <optional>
 #include <set>
 
+#include "base/markup.h"
+
 namespace crossword::tools::servebench {
 namespace {
 
@@ -19,32 +21,6 @@ using json = nlohmann::ordered_json;
 constexpr std::array<const char*, 6> kColors = {"#1f77b4", "#d62728", "#2ca02c",
                                                 "#ff7f0e", "#9467bd", "#8c564b"};
 constexpr double kWidth = 640, kHeight = 400, kLeft = 76, kRight = 160, kTop = 44, kBottom = 58;
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // 16384 -> "16K", 130048 -> "127K", 2 -> "2", 0.5 -> "0.5".
 std::string TickLabel(double v) {
@@ -223,7 +199,7 @@ std::string RenderSvg(const LineChart& chart) {
       "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
       "<text x=\"{2}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" "
       "font-weight=\"bold\">{3}</text>\n",
-      kWidth, kHeight, kLeft + pw / 2, Escape(chart.title));
+      kWidth, kHeight, kLeft + pw / 2, HtmlEscape(chart.title));
   // Grid and y ticks.
   o += "<g class=\"axes\" stroke=\"#999\" fill=\"none\">\n";
   for (double y = 0; y <= ytop + ystep * 1e-9; y += ystep) {
@@ -238,7 +214,7 @@ std::string RenderSvg(const LineChart& chart) {
   o += "</g>\n<g class=\"ticks\" fill=\"#333\">\n";
   for (double y = 0; y <= ytop + ystep * 1e-9; y += ystep) {
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", kLeft - 6,
-                     py(y) + 4, Escape(TickLabel(std::round(y / ystep) * ystep)));
+                     py(y) + 4, HtmlEscape(TickLabel(std::round(y / ystep) * ystep)));
   }
   // x ticks: the data's x values (they are the steps' sizes), at most 12 of them.
   std::vector<double> xt = xs;
@@ -249,22 +225,22 @@ std::string RenderSvg(const LineChart& chart) {
   }
   for (double x : xt) {
     o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", px(x),
-                     kTop + ph + 18, Escape(TickLabel(x)));
+                     kTop + ph + 18, HtmlEscape(TickLabel(x)));
   }
   o += "</g>\n";
   o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-                   kLeft + pw / 2, kHeight - 14, Escape(chart.x_label));
+                   kLeft + pw / 2, kHeight - 14, HtmlEscape(chart.x_label));
   o += fmt::format(
       "<text x=\"18\" y=\"{0:.1f}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {0:.1f})\">"
       "{1}</text>\n",
-      kTop + ph / 2, Escape(chart.y_label));
+      kTop + ph / 2, HtmlEscape(chart.y_label));
   for (size_t i = 0; i < chart.series.size(); ++i) {
     const Series& s = chart.series[i];
     const char* color = kColors[i % kColors.size()];
     std::vector<std::pair<double, double>> pts = s.points;
     std::sort(pts.begin(), pts.end());
     o += fmt::format("<g class=\"series\" data-name=\"{}\" stroke=\"{}\" fill=\"{}\">\n",
-                     Escape(s.name), color, color);
+                     HtmlEscape(s.name), color, color);
     if (!pts.empty()) {
       std::string line;
       for (const auto& [x, y] : pts) line += fmt::format("{:.1f},{:.1f} ", px(x), py(y));
@@ -274,7 +250,7 @@ std::string RenderSvg(const LineChart& chart) {
         o += fmt::format(
             "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\"><title>{}: {} -&gt; "
             "{:.4g}</title></circle>\n",
-            px(x), py(y), Escape(s.name), Escape(TickLabel(x)), y);
+            px(x), py(y), HtmlEscape(s.name), HtmlEscape(TickLabel(x)), y);
       }
     }
     o += "</g>\n";
@@ -282,7 +258,7 @@ std::string RenderSvg(const LineChart& chart) {
     o += fmt::format(
         "<g class=\"legend\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"4\" "
         "fill=\"{}\"/><text x=\"{:.1f}\" y=\"{:.1f}\">{}</text></g>\n",
-        kLeft + pw + 14, ly - 4, color, kLeft + pw + 34, ly + 1, Escape(s.name));
+        kLeft + pw + 14, ly - 4, color, kLeft + pw + 34, ly + 1, HtmlEscape(s.name));
   }
   o += "</svg>\n";
   return o;

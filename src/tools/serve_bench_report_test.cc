@@ -69,7 +69,7 @@ TEST(ServeBenchReport, SvgHasOneGroupPerSeriesAndEscapesText) {
   EXPECT_EQ(Count(svg, "<g class=\"series\""), 2);
   EXPECT_EQ(Count(svg, "<polyline"), 2);
   EXPECT_EQ(Count(svg, "<circle"), 5);
-  EXPECT_NE(svg.find("a &lt; b &amp; &quot;c&quot;"), std::string::npos);
+  EXPECT_NE(svg.find("a &lt; b &amp; &#34;c&#34;"), std::string::npos);
   EXPECT_NE(svg.find("data-name=\"llama&lt;1&gt;\""), std::string::npos);
   EXPECT_EQ(svg.find("llama<1>"), std::string::npos);
   EXPECT_NE(svg.find("output tokens/s"), std::string::npos);
