@@ -51,6 +51,17 @@ if [[ ! -f $model ]]; then
   "$cw" gguf synth --preset clover-35b-a3b --layers 4 --type Q8_0 --arch qwen35moe \
     --layout upstream --threads "$threads" -o "$model" >/dev/null
 fi
+# Both servers get a logit_bias that bans the tokens that are not whole UTF-8 by themselves:
+# llama-server fails an answer whose text ends inside a UTF-8 sequence (HTTP 500, "does not match
+# the expected Content-only format"), which a random-weight model produces often
+# (bench/utf8_fragment_bias.py says why and how; 128 byte tokens on the synthesized vocabulary).
+bias=$model.utf8-fragment-bias.json
+if [[ ! -s $bias ]]; then
+  gguf_py=$(dirname "$(dirname "$(dirname "$ls")")")/gguf-py
+  [[ -d $gguf_py ]] || gguf_py=${LLAMA_CACHE:-$build/bench-cache/llama.cpp}/gguf-py
+  $py "$repo/bench/utf8_fragment_bias.py" "$model" "$gguf_py" >"$bias.tmp" && mv "$bias.tmp" "$bias"
+fi
+extra_body="{\"logit_bias\": $(cat "$bias")}"
 out="$build/bench-cache/vs-llama-server-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
 
@@ -72,7 +83,8 @@ ls_mem="$ls -m $model --port {port} --host 127.0.0.1 -np 1 -c {ctx} -t $threads 
 common=(--no-known-answer --dataset bible --parts "$parts" --output-len "$out_len"
         --ctx-output-len "$out_len" --decode-input-len "$decode_input" --prefill-len "$prefill_len"
         --conc-levels "$conc" --conc-input-len "$conc_input" --ctx-ladder "$ladder"
-        --warmup 1 --runs 1 --guard-max-other "$guard" --percentiles 50,90,99 --model-file "$model")
+        --warmup 1 --runs 1 --guard-max-other "$guard" --percentiles 50,90,99 --model-file "$model"
+        --extra-body "$extra_body")
 
 for i in $(seq 1 "$reps"); do
   for engine in crossword llama-server; do

@@ -12,6 +12,10 @@ source "$(dirname "$0")/serve_bench_test_server.sh"
   --result-file "$work/grid.json" >"$work/grid.md"
 grep -q "Serving Benchmark Result\|Successful requests:" "$work/grid.md" ||
   { echo "FAIL: no report"; cat "$work/grid.md"; exit 1; }
+# Warm-ups and measured runs send different prompts: no prompt-cache hit, so TTFT and prefill
+# figures measure prefill (the warm-up once reused the first measured prompt).
+cached=$(curl -s "$url/metrics" | sed -n 's/^crossword_prompt_tokens_cached_total //p')
+[[ $cached == 0 ]] || { echo "FAIL: $cached prompt tokens came from the cache"; exit 1; }
 
 "$cw" bench serve --url "$url" --endpoint /v1/chat/completions --dataset fortunes \
   --input-len 24 --num-prompts 3 --output-len 6 --request-rate 20 --warmup 0 \

@@ -237,11 +237,23 @@ json StepRunner::Measured(const StepSpec& spec) {
   }
   step["known_answer"] = KnownAnswer(server != nullptr);
   EnsureCorpus();
-  std::vector<RequestSpec> requests = BuildRequests(
-      corpus_, {spec.num_prompts, spec.input_len, spec.output_len, f_.range_ratio, f_.seed});
+  // Every measured run and every warm-up request gets prompts of its own (distinct windows of
+  // the corpus): a prompt sent twice is a prompt-cache hit on both crossword and llama-server,
+  // and its TTFT and prefill tok/s would measure the cache, not the prefill.
+  // Sets: one per run and load-guard repeat (a repeated run must not meet its own prompts in the
+  // cache either), then the warm-ups' set.
+  const int64_t n_sets = static_cast<int64_t>(f_.runs) * (f_.guard_retries + 1) + 1;
+  int64_t next_set = 0;
+  std::vector<RequestSpec> all = BuildRequests(corpus_, {spec.num_prompts * n_sets, spec.input_len,
+                                                         spec.output_len, f_.range_ratio, f_.seed});
   if (target_.Chat()) {
-    for (RequestSpec& r : requests) r.prompt_text = Detokenize(target_, r.prompt_ids);
+    for (RequestSpec& r : all) r.prompt_text = Detokenize(target_, r.prompt_ids);
   }
+  auto run_set = [&](int64_t set) {
+    return std::vector<RequestSpec>(all.begin() + set * spec.num_prompts,
+                                    all.begin() + (set + 1) * spec.num_prompts);
+  };
+  const std::vector<RequestSpec> warmups = run_set(n_sets - 1);
   const pid_t server_pid = ServerPid(server.get());
   std::vector<pid_t> watched = {getpid()};
   if (server_pid > 0) watched.push_back(server_pid);
@@ -253,7 +265,7 @@ json StepRunner::Measured(const StepSpec& spec) {
       spec.concurrency == 0 ? std::string("unlimited") : std::to_string(spec.concurrency),
       spec.rate);
   for (int w = 0; w < f_.warmup; ++w) {
-    const RequestRecord r = SendRequest(target_, requests[static_cast<size_t>(w) % requests.size()],
+    const RequestRecord r = SendRequest(target_, warmups[static_cast<size_t>(w) % warmups.size()],
                                         extra_, Clock::now());
     Check(r.ok, "warm-up request failed: {}", r.error);
   }
@@ -270,7 +282,7 @@ json StepRunner::Measured(const StepSpec& spec) {
         Progress(fmt::format("{} run {}", title, run + 1), d, n);
       };
       guard.Begin();
-      const RunResult rr = RunLoad(target_, requests, extra_, load);
+      const RunResult rr = RunLoad(target_, run_set(next_set++), extra_, load);
       const GuardSample g = guard.End();
       attempts.push_back(
           {{"other_cores", g.other_cores}, {"loadavg", g.loadavg}, {"busy", g.busy}});
