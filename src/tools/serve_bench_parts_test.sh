@@ -103,14 +103,16 @@ def svg(path, series):
     texts = " ".join(t.text or "" for t in root.iter(NS + "text"))
     return [g.get("data-name") for g in groups], texts
 one = f"{work}/charts-a"
-assert sorted(os.listdir(one)) == ["conc_throughput.svg", "ctx_decode.svg", "ctx_prefill.svg",
-                                   "ctx_ttft.svg", "report.md"], os.listdir(one)
+assert sorted(os.listdir(one)) == ["conc_throughput.svg", "conc_ttft.svg", "ctx_decode.svg",
+                                   "ctx_prefill.svg", "ctx_ttft.svg", "report.md"], os.listdir(one)
 names, texts = svg(f"{one}/conc_throughput.svg", 1)
 assert names == ["A"] and "requests at once" in texts and "tokens/s" in texts, texts
 two = f"{work}/charts-ab"
 for f in ["conc_throughput.svg", "ctx_decode.svg", "ctx_prefill.svg", "ctx_ttft.svg", "mem_rss.svg"]:
     names, texts = svg(f"{two}/{f}", 2)
     assert names == ["A", "B"], (f, names)
+names, texts = svg(f"{two}/conc_ttft.svg", 4)
+assert names == ["A median", "A p99", "B median", "B p99"] and "TTFT (ms)" in texts, (names, texts)
 _, texts = svg(f"{two}/ctx_ttft.svg", 2)
 assert "TTFT (ms)" in texts and "prompt tokens" in texts, texts
 _, texts = svg(f"{two}/mem_rss.svg", 2)

@@ -288,6 +288,10 @@ std::vector<std::pair<std::string, std::string>> Charts(const std::vector<Labele
     const char* metric;
     const char* title;
     const char* y_label;
+    // A second metric on the same chart (series "<label> <name>", the first one "<label> <name1>").
+    const char* metric2 = nullptr;
+    const char* name1 = nullptr;
+    const char* name2 = nullptr;
   };
   const Spec specs[] = {
       {"conc_throughput.svg", "conc", "output_throughput",
@@ -298,6 +302,10 @@ std::vector<std::pair<std::string, std::string>> Charts(const std::vector<Labele
        "prefill tokens/s (prompt / TTFT)"},
       {"ctx_ttft.svg", "ctx", "median_ttft_ms", "Time to first token against prompt length",
        "median TTFT (ms)"},
+      // The TTFT distribution as requests queue up: its median and its tail (p99) per level.
+      {"conc_ttft.svg", "conc", "median_ttft_ms",
+       "Time to first token against requests at once (median and p99)", "TTFT (ms)", "p99_ttft_ms",
+       "median", "p99"},
       {"mem_rss.svg", "mem", "peak_rss", "Peak server memory against context (fresh server)",
        "peak resident memory (MiB)"},
   };
@@ -311,11 +319,17 @@ std::vector<std::pair<std::string, std::string>> Charts(const std::vector<Labele
                 : std::string(sp.part) == "mem" ? "prompt tokens (context = prompt + answer)"
                                                 : "prompt tokens";
     bool any = false;
+    const char* x_field = std::string(sp.part) == "conc" ? "max_concurrency" : "input_len";
     for (size_t l = 0; l < groups.size(); ++l) {
-      c.series.push_back(SeriesOf(t, l, groups[l].label, sp.part,
-                                  std::string(sp.part) == "conc" ? "max_concurrency" : "input_len",
-                                  sp.metric));
-      any = any || !c.series.back().points.empty();
+      if (sp.metric2 == nullptr) {
+        c.series.push_back(SeriesOf(t, l, groups[l].label, sp.part, x_field, sp.metric));
+        any = any || !c.series.back().points.empty();
+        continue;
+      }
+      for (const auto& [metric, name] : {std::pair{sp.metric, sp.name1}, {sp.metric2, sp.name2}}) {
+        c.series.push_back(SeriesOf(t, l, groups[l].label + " " + name, sp.part, x_field, metric));
+        any = any || !c.series.back().points.empty();
+      }
     }
     if (any) out.emplace_back(sp.file, RenderSvg(c));
   }

@@ -25,14 +25,16 @@ int Count(const std::string& text, const std::string& what) {
 
 // A measured step of part `part` whose medians are the given figures.
 json Step(const char* part, int input_len, int conc, double out_tps, double ttft_ms) {
-  return {
-      {"part", part},
-      {"input_len", input_len},
-      {"output_len", 4},
-      {"max_concurrency", conc},
-      {"request_rate", "inf"},
-      {"median",
-       {{"output_throughput", out_tps}, {"decode_tok_s", out_tps}, {"median_ttft_ms", ttft_ms}}}};
+  return {{"part", part},
+          {"input_len", input_len},
+          {"output_len", 4},
+          {"max_concurrency", conc},
+          {"request_rate", "inf"},
+          {"median",
+           {{"output_throughput", out_tps},
+            {"decode_tok_s", out_tps},
+            {"median_ttft_ms", ttft_ms},
+            {"p99_ttft_ms", 3 * ttft_ms}}}};
 }
 
 json Result(const std::string& label, double scale, bool needle_pass) {
@@ -99,12 +101,14 @@ TEST(ServeBenchReport, ChartsAndCompareTable) {
   std::vector<std::string> names;
   for (const auto& [name, svg] : charts) {
     names.push_back(name);
-    EXPECT_EQ(Count(svg, "<g class=\"series\""), 2) << name;
+    // conc_ttft: a median and a p99 series per server.
+    EXPECT_EQ(Count(svg, "<g class=\"series\""), name == "conc_ttft.svg" ? 4 : 2) << name;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"conc_throughput.svg", "ctx_decode.svg",
-                                             "ctx_ttft.svg", "mem_rss.svg"}));
+                                             "ctx_ttft.svg", "conc_ttft.svg", "mem_rss.svg"}));
+  EXPECT_NE(charts[3].second.find("data-name=\"B p99\""), std::string::npos);
   // mem: only the size that answered is a point.
-  EXPECT_EQ(Count(charts[3].second, "<circle"), 2);
+  EXPECT_EQ(Count(charts[4].second, "<circle"), 2);
 
   const std::string md = CompareMarkdown(groups);
   EXPECT_NE(md.find("| conc | 16 | 4 | 4 | 400.0 / 200.0 (2.00) |"), std::string::npos) << md;
