@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `crossword bench serve --parts` against `crossword serve` on the embedded model at small sizes:
-# guard, decode, prefill, conc, ctx and needle on a --url server; mem on a server spawned per
+# guard, decode, prefill, conc, ctx (a 1K and 2K ladder: 2,000 + 4 tokens fit the model's 2,048) and
+# needle on a --url server; mem on a server spawned per
 # context size ({ctx} in the command); --charts (SVG parsed as XML, series counted) and --compare
 # (the side-by-side table, ratios checked). Usage: serve_bench_parts_test.sh CROSSWORD_BINARY
 set -euo pipefail
@@ -10,7 +11,7 @@ source "$(dirname "$0")/serve_bench_test_server.sh"
 common=(--warmup 0 --runs 1 --guard-max-other -1 --output-len 4 --ctx-output-len 4)
 "$cw" bench serve --url "$url" "${common[@]}" --parts guard,decode,prefill,conc,ctx,needle \
   --decode-input-len 16 --prefill-len 48 --conc-levels 1,2 --conc-input-len 16 \
-  --ctx-ladder 128,256 --needle-ctx 192,384 --needle-depths 0.25,0.75 --label A \
+  --ctx-ladder 1024,2000 --needle-ctx 192,384 --needle-depths 0.25,0.75 --label A \
   --result-file "$work/a.json" --charts "$work/charts-a" >"$work/a.md" 2>"$work/a.err"
 grep -q "needle: context 192 depth 0.25" "$work/a.md" || { echo "FAIL: no needle line"; cat "$work/a.md"; exit 1; }
 
@@ -44,8 +45,8 @@ conc = by("conc")
 assert [(s["max_concurrency"], s["runs"][0]["completed"]) for s in conc] == [(1, 1), (2, 2)], conc
 assert conc[1]["runs"][0]["total_output_tokens"] == 8, conc[1]
 ctx = by("ctx")
-assert [s["input_len"] for s in ctx] == [128, 256], ctx
-assert [s["runs"][0]["total_input_tokens"] for s in ctx] == [128, 256], ctx
+assert [s["input_len"] for s in ctx] == [1024, 2000], ctx
+assert [s["runs"][0]["total_input_tokens"] for s in ctx] == [1024, 2000], ctx
 for s in ctx:
     assert s["median"]["median_ttft_ms"] > 0 and s["median"]["prefill_tok_s"] > 0, s
 needle = by("needle")
