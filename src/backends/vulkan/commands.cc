@@ -124,7 +124,10 @@ std::vector<ProfileSample> CommandList::Profile() const {
   const double ns = device_.info().timestamp_period_ns;
   out.reserve(names_.size());
   for (size_t i = 0; i < names_.size(); ++i) {
-    out.push_back({names_[i], static_cast<double>(ts[i + 1] - ts[i]) * ns * 1e-3});
+    // A timestamp is written once every earlier command has finished (the spec), so they grow;
+    // the guard only keeps a driver that disagrees from wrapping around.
+    const uint64_t d = ts[i + 1] >= ts[i] ? ts[i + 1] - ts[i] : 0;
+    out.push_back({names_[i], static_cast<double>(d) * ns * 1e-3});
   }
   return out;
 }
