@@ -421,6 +421,7 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
   wc.include_usage = job.gen.include_usage;
   wc.logprobs = job.gen.logprobs >= 0;
   wc.new_id = [this](const char* prefix) { return NewId(prefix); };
+  if (const auto te = engine->tokenizer().special().think_end) wc.think_end = *te;
   const std::string id = wc.id;
   std::vector<std::shared_ptr<ProtocolWriter>> writers;
   for (size_t i = 0; i < k; ++i) {

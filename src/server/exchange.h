@@ -127,6 +127,7 @@ struct WriterContext {
   bool logprobs = false;       ///< per-token logprobs asked for
   int index = 0;               ///< the choice this writer answers (n > 1, several prompts)
   bool last = true;            ///< the last choice: its stream tail ends the stream
+  int32_t think_end = -1;      ///< the `</think>` token id (-1: the tokenizer has none)
   std::function<std::string(const char*)> new_id;  ///< fresh ids (tool calls, items)
 };
 

@@ -196,6 +196,17 @@ class ResponsesWriter : public ProtocolWriter {
     return out;
   }
 
+  // Output tokens spent reasoning: those up to and including `</think>`; all of them when the
+  // answer is cut inside its reasoning (a reasoning item and no `</think>`); 0 without reasoning.
+  int64_t ReasoningTokens(const engine::RequestOutcome& o, const json& output) const {
+    const auto end = std::find(o.output.begin(), o.output.end(), c_.think_end);
+    if (c_.think_end >= 0 && end != o.output.end()) return end - o.output.begin() + 1;
+    for (const json& item : output) {
+      if (item.value("type", "") == "reasoning") return static_cast<int64_t>(o.output.size());
+    }
+    return 0;
+  }
+
   json Response(const Finished* f, json output) const {
     json r = {{"id", c_.id},
               {"object", "response"},
@@ -218,11 +229,12 @@ class ResponsesWriter : public ProtocolWriter {
       r["status"] = cut ? "incomplete" : "completed";
       if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
       const int64_t out = static_cast<int64_t>(o.output.size());
-      r["usage"] = {{"input_tokens", o.prompt_tokens},
-                    {"input_tokens_details", {{"cached_tokens", o.cached_tokens}}},
-                    {"output_tokens", out},
-                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                    {"total_tokens", o.prompt_tokens + out}};
+      r["usage"] = {
+          {"input_tokens", o.prompt_tokens},
+          {"input_tokens_details", {{"cached_tokens", o.cached_tokens}}},
+          {"output_tokens", out},
+          {"output_tokens_details", {{"reasoning_tokens", ReasoningTokens(o, r["output"])}}},
+          {"total_tokens", o.prompt_tokens + out}};
       r["timings"] = TimingsJson(*f, c_.mode);
     }
     return r;

@@ -50,8 +50,16 @@ for (const effort of ["none", "medium"]) {
     assert.match(r.id, /^resp_/);
     assert.ok(["completed", "incomplete"].includes(r.status));
     assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
-    if (effort === "none") assert.ok(!r.output.some((o) => o.type === "reasoning"));
-    if (effort !== "none" && trained) assert.equal(r.output[0].type, "reasoning", JSON.stringify(r.output));
+    const reasoningTokens = r.usage.output_tokens_details.reasoning_tokens;
+    if (effort === "none") {
+      assert.ok(!r.output.some((o) => o.type === "reasoning"));
+      assert.equal(reasoningTokens, 0);
+    }
+    if (effort !== "none" && trained) {
+      assert.equal(r.output[0].type, "reasoning", JSON.stringify(r.output));
+      // The tokens up to and including </think>: some, and fewer than the whole answer.
+      assert.ok(reasoningTokens > 0 && reasoningTokens < r.usage.output_tokens, JSON.stringify(r.usage));
+    }
     if (trained) assert.ok(r.output_text.length > 0, JSON.stringify(r.output));
     const { final } = await streamed(params);
     assert.deepEqual(comparable(final), comparable(r));
