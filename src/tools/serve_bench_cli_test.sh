@@ -97,4 +97,5 @@ expect 2 "must contain {port}" bench serve --spawn "true"
 expect 2 "not NAME:MS" bench serve --url "$url" --goodput ttft
 expect 2 "is not random, bible, fortunes" bench serve --url "$url" --dataset nope
 expect 2 "request-rate" bench serve --url "$url" --request-rate 0
+expect 2 "no server answers at http://127.0.0.1:1 " bench serve --url http://127.0.0.1:1
 exit $fail

@@ -148,6 +148,13 @@ StepRunner::StepRunner(const BenchFlags& flags, int64_t corpus_tokens)
   target_.model = f_.model;
   target_.api_key = f_.api_key;
   target_.timeout_s = f_.timeout;
+  // A wrong --url is said as such up front, not as the known-answer guard's or /tokenize's failure.
+  if (!f_.url.empty() && HttpGet(target_, "/health", nullptr, 5) == 0) {
+    Fail(
+        "bench serve: no server answers at {} (connection failed); start one there, or let bench "
+        "serve start one per step with --spawn \"COMMAND\"",
+        f_.url);
+  }
   spawn_log_ = f_.spawn_log.empty() ? (std::filesystem::temp_directory_path() /
                                        fmt::format("crossword-bench-serve-{}.log", getpid()))
                                           .string()
