@@ -302,6 +302,16 @@ json StepRunner::Measured(const StepSpec& spec) {
       }
       const Metrics m = ComputeMetrics(rr.records, rr.duration_s, slo_, pcts_);
       if (f_.output == "md") PrintRun(m, pcts_, fmt::format("{} run {}", title, run + 1));
+      if (g.busy) {
+        // The guard gave up: the run is kept (the JSON has every attempt under "guard"), and the
+        // report says so beside its figures.
+        const std::string note = fmt::format(
+            "load guard: other processes still used {:.2f} cores (limit {:.2f}) after {} "
+            "repeat(s); this run is kept and its figures may be low",
+            g.other_cores, f_.guard_max_other, attempt);
+        std::fprintf(stderr, "bench serve: %s\n", note.c_str());
+        if (f_.output == "md") std::printf("%s\n", note.c_str());
+      }
       json mj = MetricsJson(m);
       // Clover's reference figures: decode = tokens after the first / time after the first;
       // prefill = prompt tokens / time to the first token.
