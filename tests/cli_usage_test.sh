@@ -18,7 +18,8 @@ expect() {  # expect CODE PATTERN ARGS...: exit code CODE and PATTERN somewhere 
   fi
 }
 expect 2 "subcommand" # no subcommand
-expect 2 "Could not convert" bench -p abc
+expect 2 "crossword: error: Could not convert" bench -p abc
+expect 2 "crossword: error: The following argument was not expected: --bogus" run --bogus
 expect 2 "unknown command .not-a-command.; commands: run" not-a-command
 expect 2 "--mode must be ar, diffusion or spec (got 'bogus')" run --mode bogus -p hi
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi

@@ -63,8 +63,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::RuntimeError& e) {
     return e.get_exit_code();  // a command's own exit code (run: 130 after Ctrl-C)
   } catch (const CLI::ParseError& e) {
-    // CLI11 prints the message; --help / --version exit 0, every usage error 2 (as other errors).
-    return app.exit(e) == 0 ? 0 : 2;
+    // --help / --version: CLI11 prints them and exits 0. Usage errors are said in crossword's own
+    // words ("crossword: error: ...", as every other error) and exit 2.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::fprintf(stderr, "crossword: error: %s\nRun with --help for more information.\n", e.what());
+    return 2;
   } catch (const crossword::Error& e) {
     std::fprintf(stderr, "crossword: error: %s\n", e.what());
     return 2;
