@@ -199,8 +199,10 @@ class ResponsesWriter : public ProtocolWriter {
   // Output tokens spent reasoning: those up to and including `</think>`; all of them when the
   // answer is cut inside its reasoning (a reasoning item and no `</think>`); 0 without reasoning.
   int64_t ReasoningTokens(const engine::RequestOutcome& o, const json& output) const {
-    const auto end = std::find(o.output.begin(), o.output.end(), c_.think_end);
-    if (c_.think_end >= 0 && end != o.output.end()) return end - o.output.begin() + 1;
+    if (c_.think_end >= 0) {
+      const auto end = std::find(o.output.begin(), o.output.end(), c_.think_end);
+      if (end != o.output.end()) return end - o.output.begin() + 1;
+    }
     for (const json& item : output) {
       if (item.value("type", "") == "reasoning") return static_cast<int64_t>(o.output.size());
     }
