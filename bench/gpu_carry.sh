@@ -15,9 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 out=$root/.gpu
-bins=(bench/crossword-vk-bench bench/crossword-vk-e2e src/backends/vulkan/vk_runtime_test
-  src/backends/vulkan/vk_ops_test src/backends/vulkan/vk_matmul_test src/backends/vulkan/vk_moe_test
-  src/backends/vulkan/vk_seq_test src/backends/vulkan/vk_executor_test src/cli/crossword)
+mapfile -t bins < <("$root/bench/gpu_check.sh" --binaries)
 targets=()
 for b in "${bins[@]}"; do targets+=("$(basename "$b")"); done
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null

@@ -25,6 +25,17 @@
 # (CPU Vulkan); CROSSWORD_GPU_CHECK_DEVICE=N picks a Vulkan device index.
 set -uo pipefail
 
+# The binaries the checks run, relative to the build directory (bench/gpu_carry.sh packs the
+# same list: `gpu_check.sh --binaries` prints it, one per line).
+BINS=(bench/crossword-vk-bench bench/crossword-vk-e2e src/backends/vulkan/vk_runtime_test
+  src/backends/vulkan/vk_ops_test src/backends/vulkan/vk_matmul_test
+  src/backends/vulkan/vk_moe_test src/backends/vulkan/vk_seq_test
+  src/backends/vulkan/vk_executor_test src/cli/crossword)
+if [[ "${1:-}" == --binaries ]]; then
+  printf '%s\n' "${BINS[@]}"
+  exit 0
+fi
+
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=$(mkdir -p "${1:-$PWD/gpu_check_out}" && cd "${1:-$PWD/gpu_check_out}" && pwd)
 BUILD=${CROSSWORD_BUILD:-$ROOT/build}
@@ -158,10 +169,6 @@ if ! ls /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json >/dev
 fi
 
 # ---- 2. binaries ---------------------------------------------------------------------------
-BINS=(bench/crossword-vk-bench bench/crossword-vk-e2e src/backends/vulkan/vk_runtime_test
-  src/backends/vulkan/vk_ops_test src/backends/vulkan/vk_matmul_test
-  src/backends/vulkan/vk_moe_test src/backends/vulkan/vk_seq_test
-  src/backends/vulkan/vk_executor_test src/cli/crossword)
 missing=0
 for b in "${BINS[@]}"; do [[ -x "$BUILD/$b" ]] || missing=1; done
 if [[ $missing == 1 ]]; then
