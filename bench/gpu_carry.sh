@@ -12,6 +12,11 @@
 # loader and glvnd the NVIDIA ICD needs), .gpu/deb/vulkan-validationlayers_*.deb (unpacked by
 # gpu_check.sh into a temporary directory).
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
+[[ -z "${1:-}" || -d "$1" ]] || { echo "gpu_carry: no build directory '$1' (usage: bench/gpu_carry.sh [BUILD_DIR])" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 out=$root/.gpu

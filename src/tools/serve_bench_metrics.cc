@@ -101,7 +101,10 @@ Metrics ComputeMetrics(const std::vector<RequestRecord>& records, double duratio
     double request_tpot = 0;  // vLLM: a request of <= 1 output token has TPOT 0 for goodput
     if (r.output_tokens > 1) {
       request_tpot = (r.e2e_s - r.ttft_s) * 1e3 / static_cast<double>(r.output_tokens - 1);
-      tpot.push_back(request_tpot);
+      // An answer that arrived in one chunk (a server that wrote the whole stream at once) has no
+      // time after its first token to divide: its TPOT would be ~0 and its decode speed
+      // unbounded, so it stays out of the TPOT distribution (it still counts for goodput).
+      if (r.chunks > 1) tpot.push_back(request_tpot);
     }
     if (slo.Any()) {
       const bool ok = (slo.ttft_ms < 0 || r.ttft_s * 1e3 <= slo.ttft_ms) &&

@@ -75,6 +75,9 @@ TEST(ServeBenchMetrics, HandComputedRun) {
   EXPECT_EQ(m.tpot_ms.n, 2);
   EXPECT_NEAR(m.tpot_ms.mean, 100.0, 1e-9);
   EXPECT_EQ(m.ttft_ms.n, 3);
+  // The whole answer in one chunk: no time after the first token, so no TPOT sample.
+  std::vector<RequestRecord> bunched = {Ok(0.0, 0.1, 0.1001, 8, 16, {})};
+  EXPECT_EQ(ComputeMetrics(bunched, 1.0, {}, {50}).tpot_ms.n, 0);
   EXPECT_NEAR(m.ttft_ms.median, 100.0, 1e-9);
   EXPECT_NEAR(m.ttft_ms.mean, 150.0, 1e-9);
   EXPECT_EQ(m.itl_ms.n, 6);
