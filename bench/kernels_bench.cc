@@ -104,7 +104,8 @@ BENCHMARK(BM_MatVec)
     ->Unit(benchmark::kMillisecond);
 
 // Prefill: n_rows activation rows (PrepareActivations included) against an n_in x n_out
-// weight. Args: type index, rows, n_in, n_out, threads.
+// weight. Args: type index, rows, n_in, n_out, threads, packed (1: the weight's load-time tile
+// copy, as the CPU executor keeps within its memory allowance; 0: tiles repacked per call).
 void BM_MatMul(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int64_t n_rows = state.range(1), n_in = state.range(2), n_out = state.range(3);
@@ -115,7 +116,20 @@ void BM_MatMul(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(4)));
   Activations act;
   act.Reserve(n_rows, n_in);
-  const Matrix m{type, n_in, n_out, w.data(), rb};
+  Matrix m{type, n_in, n_out, w.data(), rb};
+  std::vector<uint8_t> packed;
+  if (state.range(5)) {
+    const size_t bytes = RepackedBytes(m);
+    if (bytes == 0) {
+      state.SkipWithError("no tile layout for this type on this CPU");
+      return;
+    }
+    packed.resize(bytes + 64);
+    const auto addr = reinterpret_cast<uintptr_t>(packed.data());
+    void* aligned = packed.data() + (64 - addr % 64) % 64;
+    Repack(m, aligned);
+    m.packed = aligned;
+  }
   for (auto _ : state) {
     PrepareActivations(type, x.data(), n_rows, n_in, n_in, act, pool);
     MatMul(m, act, y.data(), n_out, pool);
@@ -131,10 +145,14 @@ void BM_MatMul(benchmark::State& state) {
 BENCHMARK(BM_MatMul)
     // GDN attn_qkv (2048 -> 8192) over a 512-token prompt, and one routed expert's gate
     // (2048 -> 512) over the ~16 tokens a 512-token prompt routes to it on average.
-    ->ArgsProduct({{3, 4, 5, 6}, {512}, {2048}, {8192}, {1, 2}})
-    ->ArgsProduct({{3, 4}, {16}, {2048}, {512}, {1, 2}})
-    ->ArgsProduct({{0, 1, 2}, {64}, {2048}, {2048}, {1}})
-    ->ArgNames({"type", "rows", "n_in", "n_out", "threads"})
+    ->ArgsProduct({{3, 4, 5, 6}, {512}, {2048}, {8192}, {1, 2}, {0}})
+    ->ArgsProduct({{3, 4}, {16}, {2048}, {512}, {1, 2}, {0}})
+    ->ArgsProduct({{0, 1, 2}, {64}, {2048}, {2048}, {1}, {0}})
+    // The output head (2048 -> 248,320; Q6_K in llama.cpp's Q4_0 and Q4_K_M files) for the
+    // head rows of an AR step, an 8-row verify and a 32-row denoise or verify pass (issue 18),
+    // with tiles repacked per call and from the load-time copy.
+    ->ArgsProduct({{3, 4, 6}, {1, 8, 32}, {2048}, {248320}, {2}, {0, 1}})
+    ->ArgNames({"type", "rows", "n_in", "n_out", "threads", "packed"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -23,7 +23,7 @@ struct ExecutorOptions {
   /// not given), 0 none, N the first N trunk layers; the rest run on the CPU. Ignored by "cpu".
   int n_gpu_layers = -1;
   int threads = 0;     ///< host threads (0: all hardware threads)
-  bool repack = true;  ///< CPU: tile-layout copies of Q8_0/Q4_0 matrices (--no-repack)
+  bool repack = true;  ///< CPU: tile-layout copies of quantized matrices (--no-repack)
   Logger logger;
 };
 

@@ -65,7 +65,7 @@ void ModelFlags::Add(CLI::App* cmd, Command command, bool model_required) {
   cmd->add_flag("--mlock", mlock, "pin the model in RAM")->envname("LLAMA_ARG_MLOCK");
   cmd->add_flag(
       "--no-repack", no_repack,
-      "keep no tile-layout copy of Q8_0/Q4_0 weights (multi-row passes repack on the fly)");
+      "keep no tile-layout copy of quantized weights (multi-row passes repack on the fly)");
   cmd->add_option("--kv-type", kv_type, "KV cache type: f16 (default) or f32");
   cmd->add_option("--cache-type-k", cache_type_k,
                   "KV cache type of K (also -ctk): f16 or f32; llama.cpp's others run as f16")

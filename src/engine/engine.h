@@ -30,7 +30,7 @@ inline constexpr float kDefaultDraftPMin = 0.0f;
 struct EngineOptions {
   std::string model_path;       ///< empty: the embedded default model (if this build has one)
   MapOptions map;               ///< --no-mmap / --mlock
-  bool repack = true;           ///< --no-repack: no tile copy of Q8_0/Q4_0 weights (CPU executor)
+  bool repack = true;           ///< --no-repack: no tile copy of quantized weights (CPU executor)
   int threads = 0;              ///< 0: all hardware threads; at most 4 per hardware thread
   std::string device = "auto";  ///< --device: executor by registry name (backends/registry.h)
   int n_gpu_layers = -1;        ///< -ngl / --n-gpu-layers: layers on the GPU (-1: all)

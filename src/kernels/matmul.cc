@@ -371,10 +371,19 @@ void MatMul(const Matrix& w, const Activations& x, float* y, int64_t ldy, Thread
 }
 
 size_t RepackedBytes(const Matrix& w) {
-  if (w.type != GgmlType::kQ8_0 && w.type != GgmlType::kQ4_0) return 0;
 #if HWY_ARCH_X86_64  // the VNNI tiles (vnni_kernels.cc) are built for x86-64 only
   if (HWY_DYNAMIC_DISPATCH(TargetOfThisCode)() != HWY_AVX3_DL) return 0;
-  return vnni::Q8PackedBytes(w);
+  switch (w.type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+      return vnni::Q8PackedBytes(w);
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return vnni::KQuantPackedBytes(w);
+    default:
+      return 0;
+  }
 #else
   return 0;
 #endif
@@ -387,7 +396,11 @@ void Repack(const Matrix& w, void* out) {
   }
   if (reinterpret_cast<uintptr_t>(out) % 64 != 0) Fail("Repack: output is not 64-byte aligned");
 #if HWY_ARCH_X86_64
-  vnni::RepackQ8(w, out);
+  if (w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0) {
+    vnni::RepackQ8(w, out);
+  } else {
+    vnni::RepackK(w, out);
+  }
 #endif
 }
 

@@ -39,9 +39,18 @@ void RepackQ8(const Matrix& w, void* out);
 /// Requires AVX512 VNNI.
 void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 
-/// K-quant weights with many activation rows: 16 weight rows x 2048 columns repacked once,
-/// then register tiles of up to 4 activation rows (called by KQuantTile for >= 4 rows).
+/// K-quant weights with many activation rows: 16 weight rows x 2048 columns repacked once (or
+/// read from w.packed when RepackK made it), then register tiles of up to 4 activation rows
+/// (called by KQuantTile for >= 4 rows).
 void KQuantPackedTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
+
+/// Bytes of the tile layout RepackK writes for Q4_K / Q5_K / Q6_K `w`: per 16 weight rows and
+/// 2048 columns one packed tile (Q6_K 45,568 bytes, about 1.7x the file's 6.56 bits per weight).
+size_t KQuantPackedBytes(const Matrix& w);
+
+/// Writes w (Q4_K, Q5_K or Q6_K) in KQuantPackedTile's tile layout to `out`
+/// (KQuantPackedBytes(w) bytes, 64-byte aligned). Requires AVX512 VNNI.
+void RepackK(const Matrix& w, void* out);
 
 /// y[.][o0, o1) for BF16 weights and kBF16 activations with vdpbf16ps. Requires AVX512_BF16
 /// (check CpuHasAvx512Bf16() first).

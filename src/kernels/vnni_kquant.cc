@@ -432,25 +432,44 @@ CW_VNNI void KRows(const Packed* p, int nsb, int64_t sb0, const JobRows& rows, i
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
 }
 
+// Packs one chunk (super-blocks [sb0, sb0 + nsb) of weight rows [ot, ot + nv)) of `w`.
+template <class Packed>
+CW_VNNI void PackChunk(const Matrix& w, int64_t ot, int nv, int64_t sb0, int nsb, Packed* p) {
+  const uint8_t* w0 = static_cast<const uint8_t*>(w.data) + ot * w.row_bytes;
+  if constexpr (std::is_same_v<Packed, PackedQ4K>) {
+    if (w.type == GgmlType::kQ5_K) {
+      PackQ45K<true>(w0, w.row_bytes, nv, sb0, nsb, p);
+    } else {
+      PackQ45K<false>(w0, w.row_bytes, nv, sb0, nsb, p);
+    }
+  } else {
+    PackQ6K(w0, w.row_bytes, nv, sb0, nsb, p);
+  }
+}
+
+// Chunks of kChunkSb super-blocks per 16-row tile (the last one may be partial).
+inline int64_t ChunksPerTile(const Matrix& w) { return (w.n_in / 256 + kChunkSb - 1) / kChunkSb; }
+
 template <class Packed>
 CW_VNNI void PackedKTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
-  alignas(64) Packed p;
+  alignas(64) Packed scratch;
+  // A copy repacked at load (RepackK) holds whole tiles from row 0, chunk after chunk; the
+  // matmul tasks start on tile edges.
+  const auto* prepacked = o0 % kRows == 0 ? static_cast<const Packed*>(w.packed) : nullptr;
   const int64_t nsb_all = w.n_in / 256;
-  const auto* base = static_cast<const uint8_t*>(w.data);
+  const int64_t n_chunks = ChunksPerTile(w);
   for (int64_t ot = o0; ot < o1; ot += kRows) {
     const int nv = static_cast<int>(std::min<int64_t>(kRows, o1 - ot));
     const __mmask16 mask = static_cast<__mmask16>((1u << nv) - 1);
     for (int64_t sb0 = 0; sb0 < nsb_all; sb0 += kChunkSb) {
       const int nsb = static_cast<int>(std::min<int64_t>(kChunkSb, nsb_all - sb0));
-      if constexpr (std::is_same_v<Packed, PackedQ4K>) {
-        if (w.type == GgmlType::kQ5_K) {
-          PackQ45K<true>(base + ot * w.row_bytes, w.row_bytes, nv, sb0, nsb, &p);
-        } else {
-          PackQ45K<false>(base + ot * w.row_bytes, w.row_bytes, nv, sb0, nsb, &p);
-        }
+      const Packed* pp = &scratch;
+      if (prepacked) {
+        pp = prepacked + (ot / kRows) * n_chunks + sb0 / kChunkSb;
       } else {
-        PackQ6K(base + ot * w.row_bytes, w.row_bytes, nv, sb0, nsb, &p);
+        PackChunk(w, ot, nv, sb0, nsb, &scratch);
       }
+      const Packed& p = *pp;
       const bool first = sb0 == 0;
       int64_t i = 0;
       for (; i + kMaxTileR <= rows.n_rows; i += kMaxTileR) {
@@ -474,6 +493,30 @@ CW_VNNI void PackedKTile(const Matrix& w, const JobRows& rows, int64_t o0, int64
 }
 
 }  // namespace
+
+size_t KQuantPackedBytes(const Matrix& w) {
+  const size_t tile = w.type == GgmlType::kQ6_K ? sizeof(PackedQ6K) : sizeof(PackedQ4K);
+  return static_cast<size_t>((w.n_out + kRows - 1) / kRows) *
+         static_cast<size_t>(ChunksPerTile(w)) * tile;
+}
+
+CW_VNNI void RepackK(const Matrix& w, void* out) {
+  const int64_t nsb_all = w.n_in / 256;
+  const int64_t n_chunks = ChunksPerTile(w);
+  for (int64_t ot = 0; ot < w.n_out; ot += kRows) {
+    const int nv = static_cast<int>(std::min<int64_t>(kRows, w.n_out - ot));
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      const int64_t sb0 = c * kChunkSb;
+      const int nsb = static_cast<int>(std::min<int64_t>(kChunkSb, nsb_all - sb0));
+      const int64_t at = (ot / kRows) * n_chunks + c;
+      if (w.type == GgmlType::kQ6_K) {
+        PackChunk(w, ot, nv, sb0, nsb, static_cast<PackedQ6K*>(out) + at);
+      } else {
+        PackChunk(w, ot, nv, sb0, nsb, static_cast<PackedQ4K*>(out) + at);
+      }
+    }
+  }
+}
 
 CW_VNNI void KQuantPackedTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
   if (w.type == GgmlType::kQ6_K) return PackedKTile<PackedQ6K>(w, rows, o0, o1);

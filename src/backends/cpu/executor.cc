@@ -37,8 +37,7 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
         pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
     RepackWeights(w_, budget, logger_, pool_.get());
   } else {
-    logger_.Info(
-        "weights not repacked (--no-repack): passes of 4+ rows repack Q8_0/Q4_0 tiles on the fly");
+    logger_.Info("weights not repacked (--no-repack): passes of 4+ rows repack tiles on the fly");
   }
   int n_rec = 0, n_att = 0;
   for (int il = 0; il < hp_.n_layer; ++il)

@@ -20,7 +20,7 @@ namespace crossword::backends::cpu {
 
 struct CpuOptions {
   int threads = 0;  ///< 0: all hardware threads
-  /// Keep a copy of the Q8_0/Q4_0 matrices in the multi-row kernel's tile layout (RepackWeights)
+  /// Keep a copy of the quantized matrices in the multi-row kernel's tile layout (RepackWeights)
   /// when it fits in a quarter of physical memory; --no-repack turns it off. Same results.
   bool repack = true;
   Logger logger;
@@ -97,7 +97,7 @@ class CpuExecutor final : public model::Executor {
 
   const model::Model& model() const override { return *model_; }
   std::string_view name() const override { return "cpu"; }
-  /// "CPU <Highway target>[ tiles]": the SIMD target, and whether the Q8_0/Q4_0 matrices have
+  /// "CPU <Highway target>[ tiles]": the SIMD target, and whether the quantized matrices have
   /// their tile copy (both change the speed).
   std::string Describe() const override;
   int host_threads() const override { return pool_->size(); }
@@ -117,7 +117,7 @@ class CpuExecutor final : public model::Executor {
 
   /// The weights this executor multiplies: the model's, plus tile-layout copies when repacked.
   const model::Weights& weights() const { return w_; }
-  /// Whether the Q8_0/Q4_0 matrices have their tile-layout copy.
+  /// Whether the quantized matrices have their tile-layout copy.
   bool repacked() const { return w_.packed_storage != nullptr; }
   /// Activation formats the model's matrices consume (what a CpuContext reserves).
   const std::vector<kernels::ActFormat>& activation_formats() const { return formats_; }

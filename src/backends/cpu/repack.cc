@@ -1,9 +1,10 @@
-// RepackWeights: the CPU executor's tile-layout copies of Q8_0/Q4_0 matrices.
+// RepackWeights: the CPU executor's tile-layout copies of quantized matrices.
 #include "backends/cpu/repack.h"
+
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <vector>
 
 namespace crossword::backends::cpu {
@@ -35,42 +36,59 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
     size_t stride;  ///< bytes from one expert's copy to the next
   };
   std::vector<Placed> placed;
-  size_t total = 0;
+  // In the order of `targets`, the output head first: every row of every pass that needs logits
+  // multiplies it, so when not everything fits (a full-size file) the head's copy still pays.
+  // Each matrix is taken when it fits in what is left of the allowance.
+  size_t total = 0, left_out = 0;
+  int n_left_out = 0;
   for (const Target& t : targets) {
     if (!t.m->data) continue;
     const size_t bytes = kernels::RepackedBytes(*t.m);
     if (bytes == 0) continue;
     const size_t stride = (bytes + 63) / 64 * 64;
-    placed.push_back({&t, total, stride});
     const int copies = t.experts ? t.experts->n_expert : 1;
+    const size_t all = stride * static_cast<size_t>(copies);
+    if (total + all > max_bytes) {
+      left_out += all;
+      ++n_left_out;
+      continue;
+    }
+    placed.push_back({&t, total, stride});
     for (int e = 0; e < copies; ++e) {
       jobs.push_back({t.experts ? t.experts->Expert(e) : *t.m, total});
       total += stride;
     }
   }
-  if (total == 0) return 0;
-  if (total > max_bytes) {
+  if (n_left_out > 0) {
     logger.Info(
-        "weights not repacked: the tile copies would take {:.1f} MiB, over the {:.1f} MiB allowed "
-        "(passes of 4+ rows repack on the fly)",
-        total / 1048576.0, max_bytes / 1048576.0);
-    return 0;
+        "{} matrices not repacked: their tile copies would take {:.1f} MiB more than the {:.1f} "
+        "MiB allowed (their passes of 4+ rows repack on the fly)",
+        n_left_out, left_out / 1048576.0, max_bytes / 1048576.0);
   }
-  // Uninitialized: every byte is written by Repack (zero-filling gigabytes first cost seconds).
-  // The allowance counts physical memory only; an address-space limit (ulimit -v) may still
-  // refuse the block, and the model works without it.
-  try {
-    w.packed_storage = std::make_unique_for_overwrite<std::byte[]>(total + 64);
-  } catch (const std::bad_alloc&) {
+  if (total == 0) return 0;
+  // Anonymous pages, uninitialized (every byte is written by Repack; zero-filling gigabytes
+  // first cost seconds), in 2 MiB transparent huge pages where the kernel allows them
+  // (MADV_HUGEPAGE; best effort): with 4 KiB pages a pass streaming the head's 0.7 GB copy
+  // evicted the page-table entries of the file's head, and the next one-row product, which
+  // reads the file's rows, measured up to 1.8x slower. The allowance counts physical memory
+  // only; an address-space limit (ulimit -v) may still refuse the block, and the model works
+  // without it.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t map_bytes = (total + 2 * kHuge - 1) / kHuge * kHuge;
+  void* mem =
+      ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
     logger.Warn(
-        "weights not repacked: {:.1f} MiB for the tile copies could not be allocated (passes of 4+ "
-        "rows "
-        "repack on the fly; --no-repack skips this attempt)",
+        "weights not repacked: {:.1f} MiB for the tile copies could not be mapped (passes of 4+ "
+        "rows repack on the fly; --no-repack skips this attempt)",
         total / 1048576.0);
     return 0;
   }
-  const auto addr = reinterpret_cast<uintptr_t>(w.packed_storage.get());
-  std::byte* base = w.packed_storage.get() + (64 - addr % 64) % 64;
+  w.packed_storage = std::shared_ptr<std::byte[]>(
+      static_cast<std::byte*>(mem), [map_bytes](std::byte* q) { ::munmap(q, map_bytes); });
+  const auto addr = reinterpret_cast<uintptr_t>(mem);
+  std::byte* base = static_cast<std::byte*>(mem) + (kHuge - addr % kHuge) % kHuge;
+  ::madvise(base, total, MADV_HUGEPAGE);
   auto run = [&](int64_t j, int) { kernels::Repack(jobs[j].m, base + jobs[j].offset); };
   if (pool) {
     pool->ParallelFor(static_cast<int64_t>(jobs.size()), run);
@@ -81,10 +99,8 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
     p.t->m->packed = base + p.offset;
     if (p.t->experts) p.t->experts->packed_stride = p.stride;
   }
-  logger.Info(
-      "repacked {} Q8_0/Q4_0 matrices into the VNNI tile layout ({:.1f} MiB, bit-identical "
-      "results)",
-      placed.size(), total / 1048576.0);
+  logger.Info("repacked {} matrices into the VNNI tile layout ({:.1f} MiB, bit-identical results)",
+              placed.size(), total / 1048576.0);
   return total;
 }
 
