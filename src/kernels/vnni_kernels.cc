@@ -383,6 +383,10 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
       const PackedBlock* p = scratch;
       if (prepacked) {
         p = prepacked + (ot / kOTile) * nblocks + b0;
+        // The next chunk of the copy (contiguous) into L2 while this one is multiplied.
+        if (ot + kOTile < o1 || b0 + kChunkBlocks < nblocks) {
+          PrefetchL2(p + nb, sizeof(PackedBlock) * kChunkBlocks);
+        }
       } else {
         Pack(w.type, base + ot * w.row_bytes, w.row_bytes, nv, b0, nb, scratch);
       }

@@ -466,6 +466,9 @@ CW_VNNI void PackedKTile(const Matrix& w, const JobRows& rows, int64_t o0, int64
       const Packed* pp = &scratch;
       if (prepacked) {
         pp = prepacked + (ot / kRows) * n_chunks + sb0 / kChunkSb;
+        // The copy comes from memory; the next chunk (contiguous) is fetched into L2 while this
+        // one is multiplied (without it, 32 rows ran no faster than unpacking per call).
+        if (ot + kRows < o1 || sb0 + kChunkSb < nsb_all) PrefetchL2(pp + 1, sizeof(Packed));
       } else {
         PackChunk(w, ot, nv, sb0, nsb, &scratch);
       }

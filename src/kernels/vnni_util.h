@@ -34,6 +34,13 @@ constexpr int64_t kPrefetchBytes = 16384;
 // bench/kernels_vs_ggml 2 203520 1 14).
 constexpr int64_t kQ6KNearPrefetchBytes = 1024;
 
+// Prefetches [p, p + bytes) into L2, one request per 64-byte line (the multi-row kernels fetch
+// the next chunk of a load-time tile copy while they multiply the current one).
+inline void PrefetchL2(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T1);
+}
+
 inline int32_t Load32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof(v));
