@@ -5,6 +5,8 @@
 // head multiply-adds (R logit rows); attention, GDN and fixed per-pass overhead are left out.
 #include "cli/bench_sweep.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -140,6 +142,7 @@ struct PassRow {
   int64_t rows = 0;       // T
   int64_t head_rows = 0;  // R
   double experts = 0;     // U per layer
+  bool counted = false;   // the executor counted experts and head rows (the CPU's does)
   std::vector<double> ms;
 };
 
@@ -217,17 +220,17 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   std::vector<PassRow> rows;
   for (int64_t t : o.rows) {
     if (t == 1) {
-      rows.push_back({"ar step", 1, 1, 0, {}});
+      rows.push_back({"ar step", 1, 1, 0, false, {}});
     } else {
       const std::string n = std::to_string(t);
-      rows.push_back({"verify" + n, t, t, 0, {}});
-      rows.push_back({"denoise" + n, t, t - 1, 0, {}});
+      rows.push_back({"verify" + n, t, t, 0, false, {}});
+      rows.push_back({"denoise" + n, t, t - 1, 0, false, {}});
       if (x.fuses_passes()) {
         // Diffusion's commit pass (its last row seeds the next block) and the fused pair of each
         // mode: head rows of the seed row and the whole tail, or of every row.
-        rows.push_back({"commit" + n, t, 1, 0, {}});
-        rows.push_back({"fused commit" + n + "+denoise" + n, 2 * t, t + 1, 0, {}});
-        rows.push_back({"fused verify" + n + "+draft" + n, 2 * t, 2 * t, 0, {}});
+        rows.push_back({"commit" + n, t, 1, 0, false, {}});
+        rows.push_back({"fused commit" + n + "+denoise" + n, 2 * t, t + 1, 0, false, {}});
+        rows.push_back({"fused verify" + n + "+draft" + n, 2 * t, 2 * t, 0, false, {}});
       }
     }
   }
@@ -235,8 +238,8 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   // masked slots only (what decoding asks for) against every row (the head rows lever).
   if (max_t >= 4) {
     const std::string b = std::to_string(max_t);
-    rows.push_back({"denoise" + b + " half masked, all rows", max_t, max_t, 0, {}});
-    rows.push_back({"denoise" + b + " half masked", max_t, 0, 0, {}});
+    rows.push_back({"denoise" + b + " half masked, all rows", max_t, max_t, 0, false, {}});
+    rows.push_back({"denoise" + b + " half masked", max_t, 0, 0, false, {}});
   }
   std::vector<int32_t> half(masked);
   std::vector<uint8_t> half_need(half.size(), 0);
@@ -249,6 +252,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     const double ms = 1e3 * Seconds(t0, Clock::now());
     r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
     r.head_rows = ctx.head_rows();
+    r.counted = ctx.moe_layers() > 0 || ctx.head_rows() > 0;
     return ms;
   };
   auto run = [&](PassRow& r) {
@@ -333,6 +337,15 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   for (const PassRow& r : rows) {
     if (r.rows == 1) ar_ms = MedianOf(r.ms);
   }
+  // The floors are this host's bandwidth and int8 rate, so they bound only the CPU executor's
+  // passes; and bytes and multiply-adds need the experts and head rows the executor counted.
+  const bool host = x.name() == "cpu";
+  if (!host) {
+    std::fprintf(info,
+                 "sweep: the floors are the host CPU's, not the %s device's: not applied to its "
+                 "passes (n/a)\n",
+                 std::string(x.name()).c_str());
+  }
   if (!o.json) {
     std::fprintf(
         out,
@@ -351,24 +364,45 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     const double compute_ms = 1e3 * macs / rate;
     const double floor_ms = std::max(bytes_ms, compute_ms);
     const double med = MedianOf(r.ms);
+    const bool floors = host && r.counted;
     if (o.json) {
-      const nlohmann::ordered_json j = {{"model", o.model_name},
-                                        {"threads", pool.size()},
-                                        {"test", r.test},
-                                        {"rows", r.rows},
-                                        {"head_rows", r.head_rows},
-                                        {"experts_per_layer", r.experts},
-                                        {"median_ms", med},
-                                        {"samples_ms", r.ms},
-                                        {"x_ar_step", med / ar_ms},
-                                        {"bytes", bytes},
-                                        {"multiply_adds", macs},
-                                        {"bytes_floor_ms", bytes_ms},
-                                        {"compute_floor_ms", compute_ms},
-                                        {"x_floor", med / floor_ms},
-                                        {"read_gbps", bw},
-                                        {"int8_gmacs", rate / 1e9}};
+      nlohmann::ordered_json j = {{"model", o.model_name},
+                                  {"backend", x.name()},
+                                  {"threads", pool.size()},
+                                  {"test", r.test},
+                                  {"rows", r.rows},
+                                  {"head_rows", nullptr},
+                                  {"experts_per_layer", nullptr},
+                                  {"median_ms", med},
+                                  {"samples_ms", r.ms},
+                                  {"x_ar_step", med / ar_ms},
+                                  {"bytes", nullptr},
+                                  {"multiply_adds", nullptr},
+                                  {"bytes_floor_ms", nullptr},
+                                  {"compute_floor_ms", nullptr},
+                                  {"x_floor", nullptr},
+                                  {"read_gbps", bw},
+                                  {"int8_gmacs", rate / 1e9}};
+      if (r.counted) {
+        j["head_rows"] = r.head_rows;
+        j["experts_per_layer"] = r.experts;
+        j["bytes"] = bytes;
+        j["multiply_adds"] = macs;
+      }
+      if (floors) {
+        j["bytes_floor_ms"] = bytes_ms;
+        j["compute_floor_ms"] = compute_ms;
+        j["x_floor"] = med / floor_ms;
+      }
       std::fprintf(out, "%s\n", j.dump().c_str());
+    } else if (!floors) {
+      auto or_na = [&](const std::string& v) { return r.counted ? v : std::string("n/a"); };
+      std::fprintf(out, "| %s | %lld | %s | %s | %.3f | %.2f | %s | %s | n/a | n/a | n/a |\n",
+                   r.test.c_str(), static_cast<long long>(r.rows),
+                   or_na(std::to_string(r.head_rows)).c_str(),
+                   or_na(fmt::format("{:.1f}", r.experts)).c_str(), med, med / ar_ms,
+                   or_na(fmt::format("{:.1f}", bytes / 1e6)).c_str(),
+                   or_na(fmt::format("{:.3f}", macs / 1e9)).c_str());
     } else {
       std::fprintf(out,
                    "| %s | %lld | %lld | %.1f | %.3f | %.2f | %.1f | %.3f | %.3f | %.3f | %.2f |\n",

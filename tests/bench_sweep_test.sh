@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `crossword bench --sweep -o json` (issue 18's instrument) on the embedded model: every pass row
+# has a positive median, the AR row is the unit of "x AR step", and on the CPU executor each row
+# carries the experts and head rows it used and its floors; with --device vulkan (lavapipe in
+# make test) the floors, which are the host CPU's, are null, not numbers that would pass for the
+# device's. Usage: bench_sweep_test.sh CROSSWORD_BINARY [vulkan]
+set -euo pipefail
+cw=$1
+device=${2:-cpu}
+if [[ $device == vulkan ]] && ! "$cw" run --list-devices 2>/dev/null | grep -q '^vulkan:'; then
+  echo "SKIP: no Vulkan device on this machine (crossword run --list-devices lists none)"
+  exit 77
+fi
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+timeout 300 "$cw" bench --device "$device" -p 16 -n 0 -r 2 --warmup 0 --sweep --sweep-rows 1,4 \
+  -o json --log-level warn >"$out"
+/usr/bin/python3 - "$out" "$device" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{") and "median_ms" in l]
+device = sys.argv[2]
+names = [r["test"] for r in rows]
+assert "ar step" in names and "verify4" in names and "denoise4" in names, names
+ar = next(r for r in rows if r["test"] == "ar step")
+assert abs(ar["x_ar_step"] - 1.0) < 1e-9, ar
+for r in rows:
+    assert r["median_ms"] > 0 and len(r["samples_ms"]) == 2, r
+    assert abs(r["x_ar_step"] - r["median_ms"] / ar["median_ms"]) < 1e-6, r
+    assert r["backend"] == device, r
+    if device == "cpu":
+        assert r["experts_per_layer"] > 0 and r["x_floor"] > 0, r
+        assert r["head_rows"] == {"ar step": 1, "verify4": 4, "denoise4": 3}.get(r["test"], r["head_rows"]), r
+    else:
+        assert r["x_floor"] is None and r["bytes_floor_ms"] is None, r
+print(f"ok: {len(rows)} rows on {device}")
+PY
