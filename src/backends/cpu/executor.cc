@@ -31,10 +31,17 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   pool_ = std::make_unique<ThreadPool>(threads);
   if (options.repack) {
-    // A quarter of physical memory: a copy that large still leaves room for the mapping itself.
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const size_t budget =
-        pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) / 4 : 0;
+    const size_t phys =
+        pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+    const size_t file = model_->file().file_size();
+    const size_t budget = RepackAllowance(phys, file);
+    if (budget < phys / 4) {
+      logger_.Info(
+          "repack allowance {:.1f} MiB: physical memory {:.1f} MiB less the mapped file "
+          "({:.1f} MiB) and a quarter kept free",
+          budget / 1048576.0, phys / 1048576.0, file / 1048576.0);
+    }
     RepackWeights(w_, budget, logger_, pool_.get());
   } else {
     logger_.Info("weights not repacked (--no-repack): passes of 4+ rows repack tiles on the fly");

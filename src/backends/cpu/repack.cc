@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -12,6 +13,13 @@ namespace crossword::backends::cpu {
 using model::ExpertTensor;
 using model::LayerWeights;
 using model::Weights;
+
+size_t RepackAllowance(size_t physical_bytes, size_t file_bytes) {
+  const size_t quarter = physical_bytes / 4;
+  const size_t room =
+      physical_bytes > file_bytes + quarter ? physical_bytes - file_bytes - quarter : 0;
+  return std::min(quarter, room);
+}
 
 size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadPool* pool) {
   // Every matrix once; the routed experts' stacks are one entry with n_expert copies.

@@ -19,4 +19,11 @@ namespace crossword::backends::cpu {
 size_t RepackWeights(model::Weights& w, size_t max_bytes, const Logger& logger,
                      ThreadPool* pool = nullptr);
 
+/// The memory RepackWeights may use: a quarter of `physical_bytes`, and no more than leaves the
+/// mapped model file (`file_bytes`) plus another quarter (KV caches, activations, the rest of
+/// the system) resident beside the copies. Decode still reads the file's rows, so a full-size
+/// file (the 19.7 GB Q4_0 Clover on a 24 GB machine) gets no copies rather than a page cache
+/// that thrashes.
+size_t RepackAllowance(size_t physical_bytes, size_t file_bytes);
+
 }  // namespace crossword::backends::cpu
