@@ -299,8 +299,8 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     return timed(in, r);
   };
   // An AR step as AR decoding runs it: steps back to back, each on a new token (so each routes
-  // to other experts, streamed from memory as in decoding; repeating one step from a restored
-  // state found its experts in the cache, 25% faster than tg). The first step after a multi-row
+  // to other experts, streamed from memory as in decoding; one step repeated from a restored
+  // state finds its experts in the caches and measured faster). The first step after a multi-row
   // pass measured up to 1.8x slower (what a pass of many rows streamed, e.g. the head's tile
   // copy, evicts what the one-row path reads) and would flatter every "x AR step" ratio, so it
   // is not timed: the sample is the mean of the kArSteadySteps steps after it.

@@ -45,7 +45,8 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   };
   std::vector<Placed> placed;
   // In the order of `targets`, the output head first: every row of every pass that needs logits
-  // multiplies it, so when not everything fits (a full-size file) the head's copy still pays.
+  // multiplies it, so when not everything fits (a mid-size file; RepackAllowance gives a
+  // full-size one none) the head's copy comes before any layer's.
   // Each matrix is taken when it fits in what is left of the allowance.
   size_t total = 0, left_out = 0;
   int n_left_out = 0;
