@@ -89,6 +89,9 @@ def main():
     ap.add_argument("--acceptance", type=float, nargs="*", default=[0.5, 0.7, 0.8, 0.9, 0.95])
     a = ap.parse_args()
     sweep, machine = load_sweep(a.sweep) if a.sweep else ({}, {})
+    if a.sweep and not sweep:
+        sys.exit(f"{a.sweep}: no pass rows with floors (a GPU sweep has none: its floors would be "
+                 "the host CPU's); give a CPU sweep, or --bw and --int8 without --sweep")
     bw = a.bw or machine.get("bw")
     int8 = a.int8 or machine.get("int8")
     if not bw or not int8:

@@ -196,8 +196,18 @@ void RunBench(const BenchFlags& f) {
   }
   if (f.n_prompt > kMaxCtx || f.n_gen > kMaxCtx)
     Fail("bench: -p and -n must be at most {} tokens", kMaxCtx);
-  if (f.n_prompt == 0 && f.n_gen == 0 && !f.passes)
-    Fail("bench: -p 0 and -n 0 leave nothing to measure; give -p N, -n N or --passes");
+  // A pass of more rows than this is no block or draft anyone decodes with, and its buffers
+  // grow with the rows (a 100,000-row request took 7.5 GB before failing): refused up front.
+  constexpr int64_t kMaxPassRows = 1024;
+  if (f.block > kMaxPassRows)
+    Fail("bench: --block must be at most {} (got {})", kMaxPassRows, f.block);
+  for (int64_t t : f.sweep_rows) {
+    if (t < 1 || t > kMaxPassRows) {
+      Fail("bench: --sweep-rows values must be in [1, {}] (got {})", kMaxPassRows, t);
+    }
+  }
+  if (f.n_prompt == 0 && f.n_gen == 0 && !f.passes && !f.sweep)
+    Fail("bench: -p 0 and -n 0 leave nothing to measure; give -p N, -n N, --passes or --sweep");
   // Everything but the result rows goes to stderr in JSON mode, so stdout is one object per line.
   FILE* info = f.output == "json" ? stderr : stdout;
   const GgmlType kv_type = f.model.KvType(f.notes.get());

@@ -185,7 +185,12 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   // The machine figures run on a pool as wide as the executor's (idle meanwhile).
   ThreadPool pool(x.host_threads());
   int64_t max_t = 1;
-  for (int64_t t : o.rows) {
+  // The AR step is every ratio's unit, so it is timed whether or not the list names 1.
+  std::vector<int64_t> sweep_rows(o.rows.begin(), o.rows.end());
+  if (std::find(sweep_rows.begin(), sweep_rows.end(), 1) == sweep_rows.end()) {
+    sweep_rows.insert(sweep_rows.begin(), 1);
+  }
+  for (int64_t t : sweep_rows) {
     if (t < 1) Fail("bench --sweep: rows must be >= 1 (got {})", t);
     max_t = std::max(max_t, t);
   }
@@ -218,7 +223,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   st->SaveSnapshot(snap);
 
   std::vector<PassRow> rows;
-  for (int64_t t : o.rows) {
+  for (int64_t t : sweep_rows) {
     if (t == 1) {
       rows.push_back({"ar step", 1, 1, 0, false, {}});
     } else {

@@ -475,11 +475,11 @@ TEST(MatMul, BatchInvariantBitForBit) {
       }
     }
   }
-  // Q8_0, Q4_0, Q4_K, Q5_K and Q6_K at two widths (4608: a partial last 2048-column chunk of
-  // the K-quant tiles) on the AVX3_DL target, when the CPU has it.
+  // Q8_0 and Q4_0 at both widths, Q4_K, Q5_K and Q6_K at 2048 (4608 would pad their 2048-column
+  // chunks, so it gets no copy) on the AVX3_DL target, when the CPU has it.
   bool has_vnni = false;
   for (const Config& config : Configs()) has_vnni |= config.Name() == std::string("AVX3_DL");
-  EXPECT_EQ(n_repacked, has_vnni ? 10 : 0);
+  EXPECT_EQ(n_repacked, has_vnni ? 7 : 0);
 }
 
 TEST(Repack, OnlyTypesWithATileLayout) {
