@@ -359,10 +359,9 @@ template <int R>
 CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* xq,
                               const float* const* xd, const int16_t* const* xs, __m512* acc) {
   for (int s = 0; s < nsb; ++s) {
-    // isum starts at the -32 offset term, -32 * sum_u sc_u * bsum_u (exact integers, so the sum
-    // is the same in any order), which frees a register per row for tiles of 8 rows.
-    __m512i isum[R];
+    __m512i isum[R], corr[R];
     CW_UNROLL for (int r = 0; r < R; ++r) {
+      isum[r] = _mm512_setzero_si512();
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[r] + 16 * s));
       const __m128i b0 = _mm256_castsi256_si128(bs), b1 = _mm256_extracti128_si256(bs, 1);
       __m512i c = _mm512_setzero_si512();
@@ -382,7 +381,7 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
                               _mm512_set1_epi32(_mm_extract_epi32(b1, 2)));
       c = _mm512_dpwssd_epi32(c, _mm512_load_si512(p->sp[s][7]),
                               _mm512_set1_epi32(_mm_extract_epi32(b1, 3)));
-      isum[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(c, 5));
+      corr[r] = c;
     }
     CW_UNROLL for (int u = 0; u < 16; ++u) {
       __m512i part[R];
@@ -401,7 +400,8 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
     }
     const __m512 dv = _mm512_load_ps(p->d[s]);
     CW_UNROLL for (int r = 0; r < R; ++r) {
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]),
+      const __m512i total = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(corr[r], 5));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total),
                                _mm512_mul_ps(dv, _mm512_set1_ps(xd[r][s])), acc[r]);
     }
   }
@@ -475,24 +475,6 @@ CW_VNNI void PackedKTile(const Matrix& w, const JobRows& rows, int64_t o0, int64
       const Packed& p = *pp;
       const bool first = sb0 == 0;
       int64_t i = 0;
-      // Q6_K: register tiles of 8 activation rows (one weight load feeds 8 dot products);
-      // Q4_K/Q5_K keep 4 (their mins need another accumulator per row).
-      if constexpr (std::is_same_v<Packed, PackedQ6K>) {
-        for (; i + 8 <= rows.n_rows; i += 8) KRows<8>(&p, nsb, sb0, rows, i, ot, mask, first);
-        switch (rows.n_rows - i) {
-          case 7:
-            KRows<7>(&p, nsb, sb0, rows, i, ot, mask, first);
-            continue;
-          case 6:
-            KRows<6>(&p, nsb, sb0, rows, i, ot, mask, first);
-            continue;
-          case 5:
-            KRows<5>(&p, nsb, sb0, rows, i, ot, mask, first);
-            continue;
-          default:
-            break;
-        }
-      }
       for (; i + kMaxTileR <= rows.n_rows; i += kMaxTileR) {
         KRows<kMaxTileR>(&p, nsb, sb0, rows, i, ot, mask, first);
       }
