@@ -7,7 +7,7 @@ pass is from its floor) with Clover's shapes (../shared/parallel-decoding-notes.
 expert union U(T) (random router, or a trained-like overlap of ~70 experts per 32 rows), and an
 acceptance rate, into expected speed relative to AR decoding.
 
-Model (docs/decoding.md, "Pass cost and projection"):
+Model (docs/decoding.md, "Pass cost, floors and projection"):
   bytes(T) = b (W_d + U(T) L w_e + W_h) ; macs(T) = T (W_d + k L w_e) + R(T) W_h
   floor(T) = max(bytes(T) / BW, macs(T) / P) ; c(T) = eff(T) floor(T)
   eff(T) = measured time / floor of the sweep's T-row verify pass (1 with --floor-only)

@@ -26,7 +26,7 @@ assert abs(ar["x_ar_step"] - 1.0) < 1e-9, ar
 for r in rows:
     assert r["median_ms"] > 0 and len(r["samples_ms"]) == 2, r
     assert abs(r["x_ar_step"] - r["median_ms"] / ar["median_ms"]) < 1e-6, r
-    assert r["backend"] == device, r
+    assert r["device"] == device, r
     if device == "cpu":
         assert r["experts_per_layer"] > 0 and r["x_floor"] > 0, r
         assert r["head_rows"] == {"ar step": 1, "verify4": 4, "denoise4": 3}.get(r["test"], r["head_rows"]), r

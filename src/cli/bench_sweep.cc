@@ -186,7 +186,13 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   ThreadPool pool(x.host_threads());
   int64_t max_t = 1;
   // The AR step is every ratio's unit, so it is timed whether or not the list names 1.
-  std::vector<int64_t> sweep_rows(o.rows.begin(), o.rows.end());
+  // Each row count once, in the order given.
+  std::vector<int64_t> sweep_rows;
+  for (int64_t t : o.rows) {
+    if (std::find(sweep_rows.begin(), sweep_rows.end(), t) == sweep_rows.end()) {
+      sweep_rows.push_back(t);
+    }
+  }
   if (std::find(sweep_rows.begin(), sweep_rows.end(), 1) == sweep_rows.end()) {
     sweep_rows.insert(sweep_rows.begin(), 1);
   }
@@ -199,6 +205,9 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   std::mt19937 rng(99);
   std::vector<int32_t> block(static_cast<size_t>(max_t)), masked(static_cast<size_t>(max_t));
   for (int32_t& t : block) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+  // The AR steps' own tokens, one per step (the block may be shorter than the steps).
+  std::vector<int32_t> ar_tokens(kArSteadySteps + 1);
+  for (int32_t& t : ar_tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
   masked.assign(block.size(), mask >= 0 ? mask : block[1 % block.size()]);
   masked[0] = block[0];
   std::vector<uint8_t> need(2 * block.size(), 1);
@@ -314,8 +323,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     st->SaveSnapshot(snap);
     double total = 0;
     for (int k = 0; k <= kArSteadySteps; ++k) {
-      model::SequenceInput in{st.get(),
-                              std::span<const int32_t>(block).subspan(k % block.size(), 1),
+      model::SequenceInput in{st.get(), std::span<const int32_t>(ar_tokens).subspan(k, 1),
                               model::PassKind::kCausal, model::LogitRows::kLast};
       const double ms = timed(in, r);
       if (k > 0) total += ms;
@@ -372,7 +380,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     const bool floors = host && r.counted;
     if (o.json) {
       nlohmann::ordered_json j = {{"model", o.model_name},
-                                  {"backend", x.name()},
+                                  {"device", x.name()},
                                   {"threads", pool.size()},
                                   {"test", r.test},
                                   {"rows", r.rows},
