@@ -247,7 +247,8 @@ check("the llm-d router values file: every metric it names is in a live scrape w
 check("a picker's view of three replicas: the loaded one shows its queue and KV use, the idle ones zeros", async () => {
   const load = Promise.all(Array.from({ length: 4 }, (_, i) => stream(A, { messages: q(i), max_tokens: 300, ignore_eos: true, reasoning_format: "none" })));
   let best = null;
-  for (let i = 0; i < 200 && !best; i++) {
+  // Bounded by time, not by a count of polls: under ASan each scrape is slower.
+  for (const until = Date.now() + 30000; !best && Date.now() < until; ) {
     const view = await Promise.all([A, B, C].map(async (s) => (await scrape(s)).fams));
     // The picker's moment: A has a queue and its running slots hold prompt tokens. Right after
     // admission a slot may not have committed its prompt yet (slow under ASan), so a queue alone
