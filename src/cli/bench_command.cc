@@ -227,6 +227,9 @@ void RunBench(const BenchFlags& f) {
   for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
   std::vector<int32_t> block(static_cast<size_t>(f.block));
   for (int32_t& t : block) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+  // --passes: the AR step's own tokens, one untimed step and 3 timed (TimeArStep).
+  std::vector<int32_t> ar_tokens(4);
+  for (int32_t& t : ar_tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
 
   model::ContextOptions co;
   co.max_tokens = std::max<int64_t>({f.n_prompt, f.block, 1});
@@ -314,19 +317,7 @@ void RunBench(const BenchFlags& f) {
     };
     for (int i = 0; i < f.warmup + f.reps; ++i) {
       const bool keep = i >= f.warmup;
-      // AR steps as AR decoding runs them: back to back on new tokens, the first one after the
-      // multi-row passes untimed (bench_sweep.cc's run_ar says why); the mean of the next 3.
-      st->Restore(snap);
-      st->SaveSnapshot(snap);
-      double a = 0;
-      for (int k = 0; k <= 3; ++k) {
-        model::SequenceInput in{st.get(),
-                                std::span<const int32_t>(block).subspan(k % block.size(), 1),
-                                model::PassKind::kCausal, model::LogitRows::kLast};
-        const auto t0 = Clock::now();
-        x.Forward({&in, 1}, ctx);
-        if (k > 0) a += 1e3 * Seconds(t0, Clock::now()) / 3;
-      }
+      const double a = TimeArStep(x, ctx, *st, snap, ar_tokens);
       const double d = time_pass(block, model::PassKind::kDenoise, model::LogitRows::kAll, false);
       const double v = time_pass(block, model::PassKind::kCausal, model::LogitRows::kAll, true);
       if (keep) {

@@ -21,7 +21,7 @@
 namespace crossword::cli {
 namespace {
 
-// AR steps timed per AR sample, after one untimed step (see run_ar).
+// AR steps timed per AR sample, after one untimed step (TimeArStep).
 constexpr int kArSteadySteps = 3;
 
 using Clock = std::chrono::steady_clock;
@@ -178,6 +178,22 @@ double ReadBandwidthOf(const void* data, size_t bytes, ThreadPool& pool) {
   return best;
 }
 
+double TimeArStep(const model::Executor& x, model::ForwardContext& ctx, model::SequenceState& st,
+                  model::StateSnapshot& snap, std::span<const int32_t> tokens) {
+  if (tokens.size() < 2) Fail("TimeArStep: needs at least 2 tokens (got {})", tokens.size());
+  st.Restore(snap);
+  st.SaveSnapshot(snap);  // renewed: a snapshot survives only the last 4096 KV rewrites
+  double total = 0;
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    model::SequenceInput in{&st, tokens.subspan(k, 1), model::PassKind::kCausal,
+                            model::LogitRows::kLast};
+    const auto t0 = Clock::now();
+    x.Forward({&in, 1}, ctx);
+    if (k > 0) total += 1e3 * Seconds(t0, Clock::now());
+  }
+  return total / static_cast<double>(tokens.size() - 1);
+}
+
 void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, const SweepOptions& o,
                   FILE* out, FILE* info) {
   const model::Model& m = e.model();
@@ -260,13 +276,16 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   for (size_t j = 1; j < half.size(); j += 2) half[j] = block[j];  // odd slots committed
   for (size_t j = 0; j + 1 < half.size(); ++j) half_need[j] = half[j + 1] == masked[1];
   // One timed forward pass; notes the experts per MoE layer and the head rows it used.
+  auto note_counters = [&](PassRow& r) {
+    r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
+    r.head_rows = ctx.head_rows();
+    r.counted = ctx.moe_layers() > 0 || ctx.head_rows() > 0;
+  };
   auto timed = [&](model::SequenceInput& in, PassRow& r) {
     const auto t0 = Clock::now();
     x.Forward({&in, 1}, ctx);
     const double ms = 1e3 * Seconds(t0, Clock::now());
-    r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
-    r.head_rows = ctx.head_rows();
-    r.counted = ctx.moe_layers() > 0 || ctx.head_rows() > 0;
+    note_counters(r);
     return ms;
   };
   auto run = [&](PassRow& r) {
@@ -312,23 +331,11 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     }
     return timed(in, r);
   };
-  // An AR step as AR decoding runs it: steps back to back, each on a new token (so each routes
-  // to other experts, streamed from memory as in decoding; one step repeated from a restored
-  // state finds its experts in the caches and measured faster). The first step after a multi-row
-  // pass measured up to 1.8x slower (what a pass of many rows streamed, e.g. the head's tile
-  // copy, evicts what the one-row path reads) and would flatter every "x AR step" ratio, so it
-  // is not timed: the sample is the mean of the kArSteadySteps steps after it.
+  // The AR step (TimeArStep says how it is timed).
   auto run_ar = [&](PassRow& r) {
-    st->Restore(snap);
-    st->SaveSnapshot(snap);
-    double total = 0;
-    for (int k = 0; k <= kArSteadySteps; ++k) {
-      model::SequenceInput in{st.get(), std::span<const int32_t>(ar_tokens).subspan(k, 1),
-                              model::PassKind::kCausal, model::LogitRows::kLast};
-      const double ms = timed(in, r);
-      if (k > 0) total += ms;
-    }
-    return total / kArSteadySteps;
+    const double ms = TimeArStep(x, ctx, *st, snap, ar_tokens);
+    note_counters(r);
+    return ms;
   };
   for (int i = 0; i < o.warmup + o.reps; ++i) {
     for (PassRow& r : rows) {

@@ -13,12 +13,23 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "model/forward.h"
 
 namespace crossword::cli {
 
 /// Best of 5 parallel reads of `bytes` bytes at `data` (summed as 64-bit words, 4 MiB per task),
 /// in GB/s.
 double ReadBandwidthOf(const void* data, size_t bytes, ThreadPool& pool);
+
+/// One AR-step sample as AR decoding runs its steps: from the restored `snap` (renewed after),
+/// a forward pass of one token for each of `tokens` back to back (so each routes to other
+/// experts, streamed from memory as in decoding), the first untimed: the first step after a
+/// multi-row pass measured up to 1.8x slower (what a pass of many rows streamed, e.g. the head's
+/// tile copy, evicts what the one-row path reads) and would flatter every "x AR step" ratio.
+/// Returns the mean of the other steps in ms; `ctx` holds the last step's counters. Needs
+/// tokens.size() >= 2.
+double TimeArStep(const model::Executor& x, model::ForwardContext& ctx, model::SequenceState& st,
+                  model::StateSnapshot& snap, std::span<const int32_t> tokens);
 
 struct SweepOptions {
   std::vector<int64_t> rows = {1, 2, 4, 8, 16, 32};  ///< T of the passes (1 = the AR step only)
