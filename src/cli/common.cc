@@ -176,6 +176,18 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
   cmd->add_option(
       "--draft-p-min", decoding.draft_p_min,
       "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");
+  cmd->add_option("--verify-chunk", decoding.verify_chunk,
+                  "spec: logit rows of a verify pass's first chunk; the other rows are computed "
+                  "only when every draft in it was accepted (auto: chosen per round from the "
+                  "acceptance so far, the default; 0: all rows in the pass; output unchanged)")
+      ->transform([](std::string s) {
+        if (s == "auto") return std::to_string(decode::kVerifyChunkAuto);
+        if (!s.empty() && s[0] == '-') {
+          throw CLI::ValidationError("--verify-chunk",
+                                     "verify-chunk must be in [0, 256] or auto (got " + s + ")");
+        }
+        return s;
+      });
   cmd->add_flag("--draft-expert-budget", decoding.draft_expert_budget,
                 "spec: draft rows route only among the seed's experts (fewer expert bytes per "
                 "draft; output unchanged, acceptance may drop)");

@@ -89,7 +89,7 @@ struct Fixture {
     while (!g.done()) {
       model::SequenceInput in = g.NextInput();
       exec->Forward({&in, 1}, ctx);
-      g.OnLogits(ctx.logits(0));
+      DeliverLogits(g, ctx, 0);
     }
     states.push_back(std::move(st));  // Generation refers to it
     return g;

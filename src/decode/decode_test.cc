@@ -101,7 +101,7 @@ std::vector<std::vector<int32_t>> RunBatched(const Fixture& f,
     }
     if (ins.empty()) break;
     f.exec->Forward(ins, ctx);
-    for (size_t j = 0; j < who.size(); ++j) gens[who[j]]->OnLogits(ctx.logits(static_cast<int>(j)));
+    for (size_t j = 0; j < who.size(); ++j) DeliverLogits(*gens[who[j]], ctx, static_cast<int>(j));
   }
   std::vector<std::vector<int32_t>> out;
   for (auto& g : gens) out.push_back(g->output());
@@ -121,7 +121,7 @@ std::vector<int32_t> Run1(const Fixture& f, const std::vector<int32_t>& prompt,
   while (!g.done()) {
     model::SequenceInput in = g.NextInput();
     f.exec->Forward({&in, 1}, ctx);
-    g.OnLogits(ctx.logits(0));
+    DeliverLogits(g, ctx, 0);
   }
   if (stats) *stats = g.stats();
   return g.output();
@@ -414,6 +414,65 @@ TEST(FusedPasses, ChangeNoTokenAndSaveOnlyPasses) {
     EXPECT_GT(hits, 0) << type << ": no tail was used, so none was compared";
     std::printf("%s: %lld fused passes, %lld tails used\n", type, static_cast<long long>(fused),
                 static_cast<long long>(hits));
+  }
+}
+
+// Verify in chunks (docs/decoding.md, "Fewer head rows"): a verify pass that computes its later
+// logit rows only when the earlier drafts were kept (Executor::MoreLogits) changes no token, no
+// draw and no acceptance; it computes fewer rows. Fixed first chunks (1, 3) and auto, greedy and
+// sampled with penalties, both kernel paths, one sequence and a batch of two.
+TEST(VerifyChunks, ChangeNoTokenAndComputeFewerRows) {
+  for (const char* type : {"F32", "Q4_0"}) {
+    Fixture f(SynthTiny(std::string("spec_") + type + ".gguf", 3, type));
+    const int32_t mask = f.model->hparams().n_vocab - 1;
+    std::mt19937 rng(31);
+    int64_t more_calls = 0, rows_full = 0, rows_chunked = 0;
+    for (int i = 0; i < 10; ++i) {
+      std::vector<int32_t> prompt(3 + rng() % 30);
+      for (auto& t : prompt) t = static_cast<int32_t>(rng() % 1500);
+      DecodeParams p =
+          Params(Mode::kSpec, i % 2 ? 8 : 16, 0.95f, 1 + rng() % 60, {1600, 1602}, mask);
+      if (i % 3 == 2) {  // sampled, with penalties: the same draws in the same order
+        p.sampling.temperature = 0.8f;
+        p.sampling.top_k = 30;
+        p.sampling.seed = 5 + static_cast<uint64_t>(i);
+        p.sampling.presence_penalty = 0.5f;
+      }
+      DecodeStats a;
+      const auto want = Run1(f, prompt, p, &a);
+      EXPECT_EQ(a.verify_logit_rows, a.verify_rows);
+      EXPECT_EQ(a.verify_more_calls, 0);
+      for (int chunk : {1, 3, kVerifyChunkAuto}) {
+        SCOPED_TRACE(std::string(type) + " prompt " + std::to_string(i) + " chunk " +
+                     std::to_string(chunk));
+        DecodeParams q = p;
+        q.verify_chunk = chunk;
+        DecodeStats b;
+        ASSERT_EQ(Run1(f, prompt, q, &b), want);
+        EXPECT_EQ(b.accepted_hist, a.accepted_hist);
+        EXPECT_EQ(b.verify_rows, a.verify_rows);
+        EXPECT_EQ(b.commit_passes, a.commit_passes);
+        EXPECT_EQ(b.denoise_passes, a.denoise_passes);
+        EXPECT_LE(b.verify_logit_rows, a.verify_logit_rows);
+        more_calls += b.verify_more_calls;
+        rows_full += a.verify_logit_rows;
+        rows_chunked += b.verify_logit_rows;
+      }
+      if (i < 2) {  // batched beside an unchunked sequence (the server's path)
+        DecodeParams q = p;
+        q.verify_chunk = 1;
+        const auto both = RunBatched(f, {prompt, prompt}, {q, p});
+        EXPECT_EQ(both[0], want);
+        EXPECT_EQ(both[1], want);
+      }
+    }
+    EXPECT_GT(more_calls, 0) << type << ": no round asked for a second chunk";
+    EXPECT_LT(rows_chunked, 3 * rows_full) << type << ": chunks computed no fewer rows";
+    std::printf(
+        "%s: verify logit rows %lld chunked (3 settings) against %lld x 3; %lld further "
+        "chunks\n",
+        type, static_cast<long long>(rows_chunked), static_cast<long long>(rows_full),
+        static_cast<long long>(more_calls));
   }
 }
 

@@ -79,6 +79,10 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
   if (!(p.draft_p_min >= 0.0f && p.draft_p_min <= 1.0f)) {
     Fail("{} must be in [0, 1] (got {})", flags ? "--draft-p-min" : "draft_p_min", p.draft_p_min);
   }
+  if (p.verify_chunk != kVerifyChunkAuto && (p.verify_chunk < 0 || p.verify_chunk > 256)) {
+    Fail("{} must be in [0, 256] or auto (got {})", flags ? "--verify-chunk" : "verify_chunk",
+         p.verify_chunk);
+  }
 }
 
 DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
@@ -92,6 +96,7 @@ DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
     if (*draft_max != kDraftAuto) p.draft_max = *draft_max;
   }
   if (draft_p_min) p.draft_p_min = static_cast<float>(*draft_p_min);
+  if (verify_chunk) p.verify_chunk = *verify_chunk;
   SamplingParams& s = p.sampling;
   if (temperature) s.temperature = static_cast<float>(*temperature);
   if (top_k) s.top_k = *top_k;
@@ -158,6 +163,9 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
   // Not under a grammar: constrained rounds are not covered by the fused-pass tests.
   fuse_ = params_.fuse_passes && params_.mode != Mode::kAr && !params_.draft_auto &&
           !params_.draft_expert_budget && !params_.grammar && state_.executor().fuses_passes();
+  chunk_verify_ = params_.mode == Mode::kSpec && params_.verify_chunk != 0 && !fuse_ &&
+                  state_.executor().computes_more_logits();
+  verify_hist_.assign(static_cast<size_t>(params_.block_size), 0);
   input_.reserve(std::max<int64_t>(params_.prefill_chunk, 2 * params_.block_size));
   block_.reserve(params_.block_size);
   masked_.reserve(params_.block_size);
@@ -184,6 +192,7 @@ bool Generation::IsEog(int32_t token) const {
 void Generation::Finish(FinishReason reason) {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
+  more_begin_ = more_end_ = 0;
   finish_ = reason;
   if (auto* g = dynamic_cast<GrammarConstraint*>(constraint_.get())) {
     stats_.grammar_masks = g->masks();
@@ -242,6 +251,11 @@ bool Generation::Emit(int32_t token) {
 
 model::SequenceInput Generation::NextInput() {
   if (phase_ == Phase::kDone) Fail("generation: NextInput after the generation finished");
+  if (wants_more_logits()) {
+    Fail(
+        "generation: NextInput before the verify pass's further logit rows were delivered "
+        "(DeliverLogits)");
+  }
   model::SequenceInput in;
   in.state = &state_;
   switch (phase_) {
@@ -293,6 +307,16 @@ model::SequenceInput Generation::NextInput() {
       stats_.verify_rows += verify_len_;
       in.logits = model::LogitRows::kAll;
       in.record = true;
+      verify_row_ = 0;
+      verify_accepted_ = 0;
+      verify_gen0_ = stats_.generated - 1;  // the seed's index among generated tokens
+      verify_ready_ = chunk_verify_ ? FirstVerifyChunk(verify_len_) : verify_len_;
+      stats_.verify_logit_rows += verify_ready_;
+      if (verify_ready_ < verify_len_) {
+        need_.assign(static_cast<size_t>(verify_len_), 0);
+        std::fill_n(need_.begin(), verify_ready_, 1);
+        in.need_rows = need_;
+      }
       // Fused: the next round's draft pass [guess, MASK...] as the tail, for the case that every
       // draft is accepted and the bonus is the guess.
       tail_len_ = fuse_ && guess_ >= 0 ? BlockLen(stats_.generated + verify_len_ - 1) : 0;
@@ -596,8 +620,12 @@ float ProbOf(std::span<const std::pair<int32_t, float>> dist, int32_t token) {
 // draft as long as drafts are accepted); accept while the draft matches it.
 int32_t Generation::VerifyGreedy(std::span<const float> logits, int64_t& accepted) {
   const int64_t V = verify_len_;
-  const int64_t gen0 = stats_.generated - 1;  // index of the seed among generated tokens
-  for (int64_t i = 0; i < V; ++i) {
+  const int64_t gen0 = verify_gen0_;
+  for (int64_t i = verify_row_; i < V; ++i) {
+    if (i >= verify_ready_) {
+      verify_row_ = i;
+      return kNeedRows;
+    }
     const int32_t a = Choose(logits.subspan(i * n_vocab_, n_vocab_), gen0 + i + 1);
     if (i + 1 < V && block_[i + 1] == a) {
       if (!EmitDraft(a, accepted)) return -1;
@@ -614,8 +642,12 @@ int32_t Generation::VerifyGreedy(std::span<const float> logits, int64_t& accepte
 // ungrammatical draft (p(d) = 0) ends the acceptance.
 int32_t Generation::VerifySampled(std::span<const float> logits, int64_t& accepted) {
   const int64_t V = verify_len_;
-  const int64_t gen0 = stats_.generated - 1;
-  for (int64_t i = 0; i < V; ++i) {
+  const int64_t gen0 = verify_gen0_;
+  for (int64_t i = verify_row_; i < V; ++i) {
+    if (i >= verify_ready_) {
+      verify_row_ = i;
+      return kNeedRows;
+    }
     auto pd = sampler_.Probabilities(
         Processed(logits.subspan(i * n_vocab_, n_vocab_), gen0 + i + 1, constraint_.get()));
     verify_dist_.assign(pd.begin(), pd.end());
@@ -640,12 +672,59 @@ int32_t Generation::VerifySampled(std::span<const float> logits, int64_t& accept
   return -1;
 }
 
+int64_t Generation::FirstVerifyChunk(int64_t V) const {
+  if (V <= 1) return V;
+  if (params_.verify_chunk > 0) return std::min<int64_t>(V, params_.verify_chunk);
+  // auto: the chunk c minimizing the expected head cost h(c) + P(accepted >= c) h(V - c), where a
+  // head call over n rows costs h(n) = 1 + kRowCost n (in units of its fixed part: the head's
+  // weights are streamed once per call whatever the rows) and P comes from this generation's
+  // rounds, with one prior round that accepted everything (so the first round is not chunked).
+  // kRowCost: the Clover-width head (2048 -> 248,320, 2 threads, tile copies) costs ~13 ms +
+  // 1.07 ms per row in Q4_0 and ~16 ms + 1.8 ms per row in Q6_K (docs/decoding.md).
+  constexpr double kRowCost = 0.1;
+  int64_t rounds = 1;
+  for (int64_t n : verify_hist_) rounds += n;
+  int64_t best = V;
+  double best_cost = 1.0 + kRowCost * static_cast<double>(V);
+  int64_t at_least = rounds;  // rounds that accepted >= c drafts (the prior round included)
+  for (int64_t c = 1; c < V; ++c) {
+    at_least -= verify_hist_[static_cast<size_t>(c - 1)];
+    const double p = static_cast<double>(at_least) / static_cast<double>(rounds);
+    const double cost =
+        1.0 + kRowCost * static_cast<double>(c) + p * (1.0 + kRowCost * static_cast<double>(V - c));
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = c;
+    }
+  }
+  return best;
+}
+
+void Generation::OnMoreLogits(std::span<const float> logits) {
+  if (!wants_more_logits() || phase_ != Phase::kVerify) {
+    Fail("generation: OnMoreLogits without a verify pass wanting more logit rows");
+  }
+  stats_.commit_seconds += std::chrono::duration<double>(Clock::now() - pass_start_).count();
+  ++stats_.verify_more_calls;
+  stats_.verify_logit_rows += more_end_ - more_begin_;
+  verify_ready_ = more_end_;
+  more_begin_ = more_end_ = 0;
+  OnVerify(logits);
+}
+
 void Generation::OnVerify(std::span<const float> logits) {
   const int64_t V = verify_len_, tail = tail_len_;
   const int32_t guess = guess_;
-  int64_t accepted = 0;
+  int64_t& accepted = verify_accepted_;
   const int32_t bonus =
       params_.sampling.greedy() ? VerifyGreedy(logits, accepted) : VerifySampled(logits, accepted);
+  if (bonus == kNeedRows) {  // every draft of the chunk accepted: the rest of the rows, at once
+    more_begin_ = verify_ready_;
+    more_end_ = V;
+    pass_start_ = Clock::now();  // OnMoreLogits adds the head's time to the verify pass
+    return;
+  }
+  if (V >= 2) ++verify_hist_[static_cast<size_t>(std::min<int64_t>(accepted, V - 1))];
   ++stats_.accepted_hist[std::min<int64_t>(accepted, params_.block_size - 1)];
   if (params_.draft_auto)
     draft_control_.OnRound(static_cast<int>(verify_len_ - 1), static_cast<int>(accepted));
@@ -654,6 +733,15 @@ void Generation::OnVerify(std::span<const float> logits) {
   StartBlock(bonus);
   // The tail saw every verified draft: it stands for the next draft pass only if all were kept.
   if (tail > 0 && accepted == V - 1) UseTail(logits.subspan(V * n_vocab_), tail, guess);
+}
+
+void DeliverLogits(Generation& gen, model::ForwardContext& ctx, int s) {
+  gen.OnLogits(ctx.logits(s));
+  while (gen.wants_more_logits()) {
+    const auto [begin, end] = gen.more_logit_rows();
+    ctx.executor().MoreLogits(ctx, s, begin, end);
+    gen.OnMoreLogits(ctx.logits(s));
+  }
 }
 
 }  // namespace crossword::decode

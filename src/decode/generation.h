@@ -38,6 +38,8 @@ struct RampBias {
 inline constexpr int kMaxDraft = 255;
 /// DecodeOverrides::draft_max value of `--draft-max auto` (DecodeParams::draft_auto).
 inline constexpr int kDraftAuto = -1;
+/// DecodeParams::verify_chunk value of `--verify-chunk auto`.
+inline constexpr int kVerifyChunkAuto = -1;
 
 struct DecodeParams {
   Mode mode = Mode::kAr;
@@ -68,6 +70,13 @@ struct DecodeParams {
   /// Output is unchanged (verification stays exact); only the verify pass gets shorter
   /// (llama.cpp's --draft-p-min, which stops a sequential draft at its first unsure token).
   float draft_p_min = 0.0f;
+  /// Spec (lossless; docs/decoding.md, "Fewer head rows"): a verify pass computes the logits of
+  /// its first `verify_chunk` rows only, and those of the other rows (Executor::MoreLogits, after
+  /// the pass) only when every draft of the first chunk was accepted. 0: every row in the pass;
+  /// kVerifyChunkAuto: the first chunk is chosen per round from this generation's acceptance
+  /// (FirstVerifyChunk). Off with fused passes and on executors without MoreLogits. The caller
+  /// delivers the further rows (DeliverLogits). Output and acceptance are unchanged.
+  int verify_chunk = 0;
   int64_t max_tokens = 256;  ///< generated tokens at most (>= 1)
   SamplingParams sampling;
   int64_t prefill_chunk = 512;  ///< prompt tokens per forward pass
@@ -97,7 +106,8 @@ std::string_view FinishReasonName(FinishReason reason);
 enum class ParamNames : uint8_t { kFlags, kFields };
 
 /// Throws crossword::Error, naming the parameter, when block_size is not in [2, 256], threshold
-/// not in (0, 1], draft_max not in [0, kMaxDraft] or draft_p_min not in [0, 1] (NaN included).
+/// not in (0, 1], draft_max not in [0, kMaxDraft], draft_p_min not in [0, 1] (NaN included) or
+/// verify_chunk not in [0, 256] or kVerifyChunkAuto.
 /// The one place these ranges live: the CLI, the server and Generation all call it.
 void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
 
@@ -111,8 +121,10 @@ struct DecodeOverrides {
   /// Spec drafts per round at most; unset: the engine's (15); kDraftAuto: `auto` (adaptive).
   std::optional<int> draft_max;
   std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
-  bool draft_expert_budget = false;   ///< spec drafts route among the seed's experts only
-  bool fuse_passes = false;           ///< commit/verify passes carry the next first pass
+  /// Spec verify's first logit chunk; unset: the engine's (auto); kVerifyChunkAuto: auto.
+  std::optional<int> verify_chunk;
+  bool draft_expert_budget = false;  ///< spec drafts route among the seed's experts only
+  bool fuse_passes = false;          ///< commit/verify passes carry the next first pass
   // Sampling defaults (unset: the model's; llama.cpp's flag meanings).
   std::optional<double> temperature, top_p, min_p, presence, frequency, repeat;
   std::optional<int> top_k;
@@ -135,6 +147,9 @@ struct DecodeStats {
   int64_t rounds = 0;                  ///< spec rounds / diffusion blocks
   std::vector<int64_t> accepted_hist;  ///< spec: rounds that accepted k drafts (index k)
   int64_t verify_rows = 0;             ///< spec: tokens of all verify passes (seed + drafts kept)
+  /// Spec: logit rows the verify passes computed (fewer than verify_rows with chunks), and the
+  /// further chunks asked for after a pass (Executor::MoreLogits calls).
+  int64_t verify_logit_rows = 0, verify_more_calls = 0;
   int64_t fused_passes = 0;  ///< commit/verify passes that carried the next block's first pass
   int64_t fused_hits = 0;    ///< ... whose tail was used (the pass it replaced did not run)
   double prefill_seconds = 0, ar_seconds = 0, denoise_seconds = 0, commit_seconds = 0;
@@ -180,8 +195,16 @@ class Generation {
 
   /// The next forward-pass input of this sequence (valid until OnLogits).
   model::SequenceInput NextInput();
-  /// Consumes the logits of the pass NextInput() described (rows as it requested).
+  /// Consumes the logits of the pass NextInput() described (rows as it requested). A chunked
+  /// verify pass may then want more rows (wants_more_logits()).
   void OnLogits(std::span<const float> logits);
+  /// After OnLogits / OnMoreLogits: whether the verify pass needs the logits of
+  /// more_logit_rows() (Executor::MoreLogits on the same context) before anything else.
+  bool wants_more_logits() const { return more_end_ > more_begin_; }
+  /// The rows [begin, end) wanted.
+  std::pair<int64_t, int64_t> more_logit_rows() const { return {more_begin_, more_end_}; }
+  /// Consumes the pass's logits again, the wanted rows now computed (the layout of OnLogits).
+  void OnMoreLogits(std::span<const float> logits);
   /// Ends the generation now (client cancelled).
   void Cancel();
   /// Optional, before OnLogits: the pass used `per_layer` distinct routed experts per MoE layer
@@ -211,8 +234,13 @@ class Generation {
   void OnVerify(std::span<const float> logits);
   // Verification of one spec round: fills `accepted` (drafts emitted) and returns the bonus
   // token (the next seed) or -1 when the generation ended.
+  // Both go on from row verify_row_ and return kNeedRows (saving the row) at the first row
+  // whose logits are not computed yet (verify_ready_).
   int32_t VerifyGreedy(std::span<const float> logits, int64_t& accepted);
   int32_t VerifySampled(std::span<const float> logits, int64_t& accepted);
+  static constexpr int32_t kNeedRows = -2;
+  // Chunked verify: logit rows of the first chunk of a verify pass of V rows.
+  int64_t FirstVerifyChunk(int64_t V) const;
   // Emits an accepted draft; false when the generation ended, counting a draft that was
   // emitted before the end (length, sink) as accepted.
   bool EmitDraft(int32_t token, int64_t& accepted);
@@ -245,6 +273,13 @@ class Generation {
   int64_t block_emitted_ = 0;    // diffusion: leading slots already emitted
   int64_t block_len_ = 0;
   int64_t verify_len_ = 0;  // spec: rows of the verify pass (seed + kept drafts)
+  // Chunked verify (params_.verify_chunk): rows whose logits are computed, the next row to check,
+  // drafts accepted so far, the penalty index of the seed, the wanted rows, and the accepted
+  // counts of earlier rounds with drafts (index: drafts accepted).
+  int64_t verify_ready_ = 0, verify_row_ = 0, verify_accepted_ = 0, verify_gen0_ = 0;
+  int64_t more_begin_ = 0, more_end_ = 0;
+  bool chunk_verify_ = false;
+  std::vector<int64_t> verify_hist_;
   std::vector<float> row_;  // processed logits scratch (n_vocab)
   std::vector<std::vector<std::pair<int32_t, float>>> draft_dist_;  // spec sampling: q per slot
   std::vector<std::pair<int32_t, float>> verify_dist_;              // spec sampling: p of a row
@@ -260,5 +295,10 @@ class Generation {
   int64_t tail_len_ = 0;        // fused passes: tail tokens of the pending pass
   Clock::time_point start_, pass_start_;
 };
+
+/// Hands sequence `s` of the pass just run on `ctx` to `gen`: OnLogits, then, while a chunked
+/// verify wants more rows, ctx.executor().MoreLogits and OnMoreLogits. Every driver of a
+/// Generation calls this after Forward (the engine, the server's scheduler, tests).
+void DeliverLogits(Generation& gen, model::ForwardContext& ctx, int s);
 
 }  // namespace crossword::decode

@@ -230,6 +230,8 @@ decode::DecodeParams Engine::DefaultDecodeParams() const {
   // A verify cut (kDefaultDraftPMin > 0) measured no faster there, so every draft is verified.
   p.draft_max = kDefaultDraftMax;
   p.draft_p_min = kDefaultDraftPMin;
+  // Lossless: verify computes the logits of later rows only when the earlier drafts were kept.
+  p.verify_chunk = decode::kVerifyChunkAuto;
   return p;
 }
 
@@ -267,7 +269,7 @@ decode::Generation RunGeneration(const Engine& engine, model::SequenceState& sta
     executor.Forward({&in, 1}, *ctx);
     if (ctx->moe_layers() > 0)
       gen.NotePassExperts(static_cast<double>(ctx->experts_used()) / ctx->moe_layers());
-    gen.OnLogits(ctx->logits(0));
+    decode::DeliverLogits(gen, *ctx, 0);
     if (prefill && hooks.on_prefill)
       hooks.on_prefill(before + n_in - n_cached, n_prompt - n_cached);
   }

@@ -327,7 +327,7 @@ bool Scheduler::Step() {
       s.gen->NotePassExperts(static_cast<double>(ctx_->experts_used()) / ctx_->moe_layers());
     }
     try {
-      s.gen->OnLogits(logits);
+      decode::DeliverLogits(*s.gen, *ctx_, static_cast<int>(i));
     } catch (const std::exception& e) {
       Finish(s, e.what());
       continue;

@@ -11,6 +11,11 @@ namespace crossword::model {
 
 const Hparams& Executor::hparams() const { return model().hparams(); }
 
+void Executor::MoreLogits(ForwardContext& /*ctx*/, int /*s*/, int64_t /*begin*/,
+                          int64_t /*end*/) const {
+  Fail("the {} executor computes no logit rows after a pass (MoreLogits)", name());
+}
+
 SequenceState::SequenceState(const Executor& executor, const StateOptions& options)
     : executor_(&executor),
       n_ctx_(options.n_ctx),

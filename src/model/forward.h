@@ -172,8 +172,10 @@ struct SequenceInput {
   /// Causal passes only: record GDN inputs so state->RollbackTo(n) can keep a prefix of them.
   bool record = false;
   /// kAll only, optional (empty: every row): one flag per token; rows whose flag is 0 get no
-  /// logits (their n_vocab floats are left unspecified, the output head skips them). The layout
-  /// stays row i at i * n_vocab. A denoise pass needs only the rows of still-masked slots.
+  /// logits (their n_vocab floats are left unspecified, the output head skips them; where the
+  /// executor computes_more_logits(), Executor::MoreLogits can compute them after the pass). The
+  /// layout stays row i at i * n_vocab. A denoise pass needs only the rows of still-masked slots;
+  /// a chunked verify pass the rows of its first chunk.
   std::span<const uint8_t> need_rows = {};
   /// Denoise passes only, optional (0: off): the rows from this index on route only among the
   /// experts the rows before it selected (top-k of the router's softmax inside that set,
@@ -283,6 +285,8 @@ class Executor {
   virtual int host_threads() const = 0;
   /// Whether Forward runs fused passes (SequenceInput::denoise_tail > 0); false: it refuses them.
   virtual bool fuses_passes() const { return false; }
+  /// Whether MoreLogits works on this executor's contexts.
+  virtual bool computes_more_logits() const { return false; }
 
   /// A state sized for this model on this device. Throws crossword::Error on bad options or when
   /// the memory cannot be had (naming the bytes needed).
@@ -299,6 +303,17 @@ class Executor {
   /// a state or context of another executor. Never allocates (an observer may make it copy).
   virtual void Forward(std::span<const SequenceInput> seqs, ForwardContext& ctx,
                        ForwardObserver* observer = nullptr) const = 0;
+
+  /// After a Forward on `ctx`: computes the logits of rows [begin, end) of sequence `s` of that
+  /// pass (LogitRows::kAll), rows the pass skipped through need_rows, from the final hidden
+  /// states the context kept; they land where the pass would have put them (ctx.logits(s) row i
+  /// at i * n_vocab) and count as head rows. Valid until the next Forward on ctx; the states are
+  /// not touched. A spec verify pass computes its logit rows in chunks this way and stops at the
+  /// first rejected draft (docs/decoding.md, "Fewer head rows"). Throws crossword::Error when the
+  /// executor cannot (computes_more_logits() false), for a context of another executor, a
+  /// sequence outside the last pass, a pass without kAll or a fused tail, or a row range outside
+  /// [0, T).
+  virtual void MoreLogits(ForwardContext& ctx, int s, int64_t begin, int64_t end) const;
 };
 
 /// Totals of a validated batch.

@@ -282,6 +282,11 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
   }
   if (const json* v = Field(obj, "draft_p_min"))
     p.draft_p_min = static_cast<float>(Number(*v, prefix + "draft_p_min", 0.0, 1.0));
+  if (const json* v = Field(obj, "verify_chunk")) {
+    p.verify_chunk = v->is_string() && v->get<std::string>() == "auto"
+                         ? decode::kVerifyChunkAuto
+                         : static_cast<int>(Integer(*v, prefix + "verify_chunk", 0, 256));
+  }
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ json TimingsJson(const Finished& f, decode::Mode mode) {
       {"rounds", o.stats.rounds},
       {"mean_accepted", o.stats.mean_accepted()},
       {"verify_rows", o.stats.verify_rows},
+      {"verify_logit_rows", o.stats.verify_logit_rows},
       // Mean distinct routed experts per MoE layer per pass (the expert union U) by pass kind;
       // in a batch, the batch's.
       {"experts_per_layer",

@@ -187,6 +187,50 @@ TEST(TinyModel, FusedPassesChangeNoToken) {
               static_cast<long long>(hits));
 }
 
+// Verify in chunks on the trained model, whose rounds accept many drafts (so later chunks are
+// asked for): every golden prompt gives the unchunked tokens and acceptance, greedy and sampled.
+TEST(TinyModel, VerifyChunksChangeNoToken) {
+  const json g = Golden();
+  int64_t more = 0, rows = 0, rows_full = 0;
+  for (const json& run : g["runs"]) {
+    const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
+    for (bool sampled : {false, true}) {
+      decode::DecodeParams p = Params(json{{"mode", "spec"}}, 96);
+      if (sampled) {
+        p.sampling.temperature = 0.7f;
+        p.sampling.seed = 3;
+      }
+      auto run_stats = [&](const decode::DecodeParams& params, decode::DecodeStats& st) {
+        auto state =
+            TinyEngine().NewState(static_cast<int64_t>(prompt.size()) + 104, GgmlType::kF16);
+        decode::Generation gen = RunGeneration(TinyEngine(), *state, prompt, params, nullptr);
+        st = gen.stats();
+        return gen.output();
+      };
+      p.verify_chunk = 0;
+      decode::DecodeStats a;
+      const auto want = run_stats(p, a);
+      for (int chunk : {2, decode::kVerifyChunkAuto}) {
+        SCOPED_TRACE(run["question"].get<std::string>() + (sampled ? " sampled" : " greedy") +
+                     " chunk " + std::to_string(chunk));
+        decode::DecodeParams q = p;
+        q.verify_chunk = chunk;
+        decode::DecodeStats b;
+        EXPECT_EQ(run_stats(q, b), want);
+        EXPECT_EQ(b.accepted_hist, a.accepted_hist);
+        EXPECT_EQ(b.verify_rows, a.verify_rows);
+        more += b.verify_more_calls;
+        rows += b.verify_logit_rows;
+        rows_full += a.verify_logit_rows;
+      }
+    }
+  }
+  EXPECT_GT(more, 0) << "no round asked for a second chunk";
+  std::printf("verify logit rows: %lld chunked against %lld; %lld further chunks\n",
+              static_cast<long long>(rows), static_cast<long long>(rows_full),
+              static_cast<long long>(more));
+}
+
 // The tile copy of the weights made at load (kernels::Repack) is a layout change only: an engine
 // loaded with --no-repack must give the same tokens in every mode.
 TEST(TinyModel, RepackedWeightsGiveTheSameAnswersAsPlainOnes) {

@@ -145,6 +145,8 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   jobs_.reserve(2 * static_cast<size_t>(hp.n_expert) + 4);
   seq_logit_offset_.assign(options.max_seqs, 0);
   seq_logit_count_.assign(options.max_seqs, 0);
+  seq_row0_.assign(options.max_seqs, 0);
+  seq_more_ok_.assign(options.max_seqs, 0);
   head_y_rows_.assign(static_cast<size_t>(logit_rows), 0);
   anchor_row_.assign(static_cast<size_t>(T), -1);
   anchor_n_.assign(static_cast<size_t>(T), 0);
@@ -332,6 +334,8 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
       first = span.T - 1;
       count = 1;
     }
+    ctx.seq_row0_[s] = span.row0;
+    ctx.seq_more_ok_[s] = seqs[s].logits == LogitRows::kAll && seqs[s].denoise_tail == 0;
     const std::span<const uint8_t> need = seqs[s].need_rows;
     for (int64_t i = 0; i < count; ++i) {
       if (!need.empty() && !need[static_cast<size_t>(first + i)]) continue;
@@ -342,19 +346,56 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
     ctx.seq_logit_count_[s] = count;
     n += count;
   }
-  for (size_t s = seqs.size(); s < ctx.seq_logit_count_.size(); ++s) ctx.seq_logit_count_[s] = 0;
+  for (size_t s = seqs.size(); s < ctx.seq_logit_count_.size(); ++s) {
+    ctx.seq_logit_count_[s] = 0;
+    ctx.seq_more_ok_[s] = 0;
+  }
   ctx.mutable_counters().head_rows = h;
+  Head(ctx, h, h == n ? nullptr : y_rows);
+}
+
+void CpuExecutor::Head(CpuContext& ctx, int64_t h, const int32_t* y_rows) const {
   if (h == 0) return;
   // One product over the rows that need logits, scattered to their logit rows.
-  kernels::Activations& a = Prepare(ctx.acts_main_, w_.output.type, outh, h, E, E);
+  kernels::Activations& a = Prepare(ctx.acts_main_, w_.output.type, ctx.F(ctx.at_.output_normed), h,
+                                    hp_.n_embd, hp_.n_embd);
   kernels::MatMulJob job;
   job.w = w_.output;
   job.x = &a;
   job.n_rows = h;
   job.y = ctx.F(ctx.at_.logits);
   job.ldy = hp_.n_vocab;
-  job.y_rows = h == n ? nullptr : y_rows;
+  job.y_rows = y_rows;
   kernels::MatMul({&job, 1}, *pool_);
+}
+
+void CpuExecutor::MoreLogits(model::ForwardContext& base_ctx, int s, int64_t begin,
+                             int64_t end) const {
+  if (&base_ctx.executor() != this) Fail("MoreLogits: the context belongs to another executor");
+  CpuContext& ctx = static_cast<CpuContext&>(base_ctx);
+  if (s < 0 || s >= static_cast<int>(ctx.seq_logit_count_.size()) || ctx.seq_logit_count_[s] == 0) {
+    Fail("MoreLogits: no sequence {} with logit rows in the last pass", s);
+  }
+  if (!ctx.seq_more_ok_[s]) {
+    Fail("MoreLogits: sequence {} of the last pass had no LogitRows::kAll or had a fused tail", s);
+  }
+  const int64_t count = ctx.seq_logit_count_[s];
+  if (begin < 0 || begin >= end || end > count) {
+    Fail("MoreLogits: rows [{}, {}) outside the sequence's {} logit rows", begin, end, count);
+  }
+  // The residual stream still holds the last layer's output of every row of the pass (the next
+  // Forward overwrites it), so these rows get exactly the values the pass would have given them.
+  const int64_t E = hp_.n_embd;
+  const float* x = ctx.F(ctx.at_.residual) + ctx.seq_row0_[s] * E;
+  float* outh = ctx.F(ctx.at_.output_normed);
+  int32_t* y_rows = ctx.head_y_rows_.data();
+  const int64_t h = end - begin;
+  for (int64_t i = 0; i < h; ++i) {
+    kernels::RmsNorm(x + (begin + i) * E, w_.output_norm.data(), outh + i * E, E, hp_.rms_eps);
+    y_rows[i] = static_cast<int32_t>(ctx.seq_logit_offset_[s] + begin + i);
+  }
+  ctx.mutable_counters().head_rows += h;
+  Head(ctx, h, y_rows);
 }
 
 }  // namespace crossword::backends::cpu

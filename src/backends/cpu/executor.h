@@ -47,6 +47,10 @@ class CpuContext final : public model::ForwardContext {
   std::vector<int32_t> i_;
   std::vector<kernels::Activations> acts_main_, acts_ff_;  // indexed by ActFormat
   std::vector<int64_t> seq_logit_offset_, seq_logit_count_;
+  // Per sequence of the last pass: the batch row of its first token, and whether MoreLogits may
+  // compute its rows (kAll, no fused tail).
+  std::vector<int64_t> seq_row0_;
+  std::vector<uint8_t> seq_more_ok_;
   std::vector<int32_t> head_y_rows_;  // Output: logit row of each computed head row
   // MoE routing with expert_anchor_rows: per batch row, the first anchor row and the number of
   // anchor rows of its sequence (anchor_row_ -1: the row routes freely).
@@ -102,11 +106,13 @@ class CpuExecutor final : public model::Executor {
   std::string Describe() const override;
   int host_threads() const override { return pool_->size(); }
   bool fuses_passes() const override { return true; }
+  bool computes_more_logits() const override { return true; }
   std::unique_ptr<model::SequenceState> NewState(const model::StateOptions& options) const override;
   std::unique_ptr<model::ForwardContext> NewContext(
       const model::ContextOptions& options) const override;
   void Forward(std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx,
                model::ForwardObserver* observer = nullptr) const override;
+  void MoreLogits(model::ForwardContext& ctx, int s, int64_t begin, int64_t end) const override;
 
   /// Forward from a hidden state: trunk layers [first_layer, n_layer) and the output head run on
   /// `residual` ([batch tokens][n_embd]: the residual stream after layer first_layer - 1, from
@@ -142,6 +148,9 @@ class CpuExecutor final : public model::Executor {
   void MoeLayer(int il, int64_t T, CpuContext& ctx) const;
   void Output(std::span<const model::SequenceInput> seqs, std::span<const SeqSpan> spans,
               CpuContext& ctx) const;
+  // The output head over `h` rows already normed into output_normed: logits into their logit
+  // rows (y_rows, or rows 0..h-1 when null).
+  void Head(CpuContext& ctx, int64_t h, const int32_t* y_rows) const;
   kernels::Activations& Prepare(std::vector<kernels::Activations>& acts, GgmlType type,
                                 const float* x, int64_t rows, int64_t n_in, int64_t ldx) const;
   /// One product of Project: rows of y (leading dimension ldy) = h x w^T.

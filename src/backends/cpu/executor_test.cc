@@ -254,6 +254,45 @@ TEST(CpuExecutor, NeedRowsComputeOnlyThoseRowsWithTheSameBits) {
   EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
 }
 
+// MoreLogits (a chunked verify pass): rows a causal pass skipped through need_rows, computed after
+// it, get the bits the pass would have given them, for either sequence of a batch; the state is
+// not touched; bad calls throw.
+TEST(CpuExecutor, MoreLogitsComputeSkippedRowsWithTheSameBits) {
+  Runner r(Synth("off.gguf", "clover_moe", "official"));
+  const int64_t V = r.n_vocab();
+  const auto prompt = RandomTokens(17, 40, 1500);
+  const auto block = RandomTokens(10, 41, 1500);
+  auto full = r.State(), a = r.State(), b = r.State();
+  r.Run(*full, prompt);
+  r.Run(*a, prompt);
+  r.Run(*b, prompt);
+  const auto want = r.Run(*full, block, PassKind::kCausal, LogitRows::kAll, /*record=*/true);
+  const uint8_t first3[10] = {1, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+  SequenceInput ins[2] = {{a.get(), block, PassKind::kCausal, LogitRows::kAll, true},
+                          {b.get(), block, PassKind::kCausal, LogitRows::kAll, true}};
+  ins[0].need_rows = first3;
+  ins[1].need_rows = first3;
+  r.exec->Forward(ins, *r.ctx);
+  EXPECT_EQ(r.ctx->head_rows(), 6);
+  const int64_t n_past = a->n_past();
+  EXPECT_TRUE(r.exec->computes_more_logits());
+  r.exec->MoreLogits(*r.ctx, 1, 3, 6);  // the second sequence first, in two chunks
+  r.exec->MoreLogits(*r.ctx, 1, 6, 10);
+  r.exec->MoreLogits(*r.ctx, 0, 3, 10);
+  EXPECT_EQ(r.ctx->head_rows(), 20);
+  EXPECT_EQ(a->n_past(), n_past);
+  for (int s = 0; s < 2; ++s) {
+    const auto got = r.ctx->logits(s);
+    ASSERT_EQ(got.size(), want.size());
+    for (int64_t i = 0; i < 10 * V; ++i) ASSERT_EQ(got[i], want[i]) << "seq " << s << " at " << i;
+  }
+  EXPECT_THROW(r.exec->MoreLogits(*r.ctx, 0, 5, 11), Error);  // past the pass's rows
+  EXPECT_THROW(r.exec->MoreLogits(*r.ctx, 0, 4, 4), Error);   // empty
+  EXPECT_THROW(r.exec->MoreLogits(*r.ctx, 2, 0, 1), Error);   // no such sequence
+  r.Run(*a, std::span(block).first(1), PassKind::kCausal, LogitRows::kLast);
+  EXPECT_THROW(r.exec->MoreLogits(*r.ctx, 0, 0, 1), Error);  // a kLast pass
+}
+
 TEST(CpuExecutor, ExpertAnchorRowsKeepMaskRowsInsideTheAnchorsExperts) {
   Runner r(Synth("off.gguf", "clover_moe", "official"));
   const Hparams& hp = r.model->hparams();
