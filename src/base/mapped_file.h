@@ -3,13 +3,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 
 namespace crossword {
 
 struct MapOptions {
-  bool use_mmap = true;  ///< false: read the whole file into an owned heap buffer (`--no-mmap`).
+  /// false (`--no-mmap`): read the whole file into anonymous memory of this process (in 2 MiB
+  /// transparent huge pages where the kernel grants them), releasing the file's cached pages as
+  /// they are copied.
+  bool use_mmap = true;
   bool lock = false;  ///< mlock the pages (`--mlock`); failure is an Error naming RLIMIT_MEMLOCK.
 };
 
@@ -37,7 +39,7 @@ class MappedFile {
   uint64_t size_ = 0;
   bool mapped_ = false;
   bool locked_ = false;
-  std::unique_ptr<std::byte[]> owned_;
+  bool anonymous_ = false;  // read into an anonymous mapping (--no-mmap)
 };
 
 }  // namespace crossword
