@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -33,6 +35,32 @@ TEST(ThreadPool, EveryTaskRunsOnce) {
       for (auto& h : hits) ASSERT_EQ(h.load(), 1);
     }
   }
+}
+
+// A loop with little work runs every task on the calling thread (thread 0), in order; with work
+// enough, the tasks are shared as by the plain ParallelFor. Every task runs once either way.
+TEST(ThreadPool, SmallWorkRunsOnTheCallingThread) {
+  ThreadPool pool(2);
+  std::vector<int64_t> order;
+  pool.ParallelFor(50, ThreadPool::kMinParallelWork - 1, [&](int64_t task, int thread) {
+    ASSERT_EQ(thread, 0);
+    order.push_back(task);
+  });
+  ASSERT_EQ(order.size(), 50u);
+  for (int64_t i = 0; i < 50; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+  // With work enough the loop is shared: task 0 waits (up to 5 s) for task 1 to start, which only
+  // another thread can do while task 0 runs.
+  std::atomic<bool> started{false}, waited_ok{false};
+  pool.ParallelFor(2, ThreadPool::kMinParallelWork, [&](int64_t task, int) {
+    if (task == 1) {
+      started = true;
+      return;
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!started && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    waited_ok = started.load();
+  });
+  EXPECT_TRUE(waited_ok) << "task 1 did not run beside task 0: the large loop ran inline";
 }
 
 TEST(ThreadPool, RunOnEachThreadAndNesting) {

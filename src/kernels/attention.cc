@@ -164,7 +164,9 @@ void Attention(const AttentionArgs& args, ThreadPool& pool) {
         group, detail::kMaxQRows);
   const int64_t tb = std::max(1, detail::kMaxQRows / group);  // tokens per task
   const int64_t n_tb = (args.T + tb - 1) / tb;
-  pool.ParallelFor(n_tb * args.n_head_kv, [&](int64_t task, int) {
+  // Scores and weighted values: 2 head_dim multiply-adds per query head and attended position.
+  const int64_t work = 2 * args.T * (args.n_past + args.T) * args.n_head * args.head_dim;
+  pool.ParallelFor(n_tb * args.n_head_kv, work, [&](int64_t task, int) {
     const int64_t t0 = (task / args.n_head_kv) * tb;
     const int g = static_cast<int>(task % args.n_head_kv);
     HWY_DYNAMIC_DISPATCH(AttentionTask)(args, t0, std::min(args.T, t0 + tb), g);

@@ -284,7 +284,9 @@ void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool) {
   }
   const float scale =
       args.scale != 0.0f ? args.scale : 1.0f / std::sqrt(static_cast<float>(args.dk));
-  pool.ParallelFor(args.n_v_heads, [&](int64_t hv, int) {
+  // Per token and head: the state's dk x dv read, decayed, updated and read out (~4 dk dv).
+  const int64_t work = 4 * args.T * args.n_v_heads * args.dk * args.dv;
+  pool.ParallelFor(args.n_v_heads, work, [&](int64_t hv, int) {
     HWY_DYNAMIC_DISPATCH(GdnHead)(args, static_cast<int>(hv), chunked, scale);
   });
 }

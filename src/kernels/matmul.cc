@@ -336,14 +336,15 @@ void MatMul(std::span<const MatMulJob> jobs, ThreadPool& pool) {
   constexpr size_t kMaxIndexed = 1024;
   std::array<int64_t, kMaxIndexed + 1> first;
   const bool indexed = jobs.size() <= kMaxIndexed;
-  int64_t n_tasks = 0;
+  int64_t n_tasks = 0, macs = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     ref::CheckMatMulJob(jobs[j], j);
     if (indexed) first[j] = n_tasks;
     n_tasks += TasksOf(jobs[j]);
+    macs += jobs[j].w.n_out * jobs[j].w.n_in * jobs[j].n_rows;
   }
   if (indexed) first[jobs.size()] = n_tasks;
-  pool.ParallelFor(n_tasks, [&](int64_t task, int) {
+  pool.ParallelFor(n_tasks, macs, [&](int64_t task, int) {
     size_t j = 0;
     if (indexed) {
       j = static_cast<size_t>(
