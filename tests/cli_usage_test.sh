@@ -25,6 +25,10 @@ expect 2 "--mode must be ar, diffusion or spec (got 'bogus')" run --mode bogus -
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi
 expect 2 "--modes must be ar, diffusion or spec (got 'bogus')" check --modes ar bogus
 expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
+expect 2 "verify-chunk must be in" run --mode spec --verify-chunk 300 -p hi
+expect 2 "verify-chunk must be in" run --mode spec --verify-chunk " -1" -p hi
+expect 2 "verify-chunk must be in" run --mode spec --verify-chunk "" -p hi
+expect 2 "verify-chunk must be in" run --mode spec --verify-chunk abc -p hi
 expect 2 "draft-p-min must be in" run --mode spec --draft-p-min 1.5 -p hi
 # Structured output: a bad grammar or schema fails before the model loads, naming the problem;
 # a good one constrains the answer.

@@ -1,8 +1,10 @@
 // The flag registry of the model-running subcommands (cli/common.h).
 #include "cli/common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 
 #include "backends/registry.h"
@@ -17,6 +19,24 @@ bool IsLlamaCacheType(const std::string& t) {
     if (t == k) return true;
   }
   return false;
+}
+
+// A CLI11 transform for a count flag that also takes the word `auto`: `auto` becomes
+// `auto_value` (negative inside, so that only the word may ask for it); anything but the word or
+// decimal digits (spaces, signs, an empty value, a fraction) is refused naming the range
+// [0, max], which is checked later (decode::CheckDecodeRanges).
+std::function<std::string(std::string)> CountOrAuto(std::string name, int max, int auto_value) {
+  return [name = std::move(name), max, auto_value](std::string s) {
+    if (s == "auto") return std::to_string(auto_value);
+    const bool digits = !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (!digits) {
+      throw CLI::ValidationError(
+          fmt::format("{} must be in [0, {}] or auto (got '{}')", name, max, s));
+    }
+    return std::to_string(std::stoi(s));  // decimal: no octal reading of a leading zero
+  };
 }
 
 }  // namespace
@@ -164,30 +184,16 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
   cmd->add_option("--draft-max", decoding.draft_max,
                   "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15), or "
                   "auto: chosen per round from the acceptance and pass costs seen so far")
-      ->transform([](std::string s) {
-        // kDraftAuto is -1 inside: only the word `auto` may ask for it, never a number.
-        if (s == "auto") return std::to_string(decode::kDraftAuto);
-        if (!s.empty() && s[0] == '-') {
-          throw CLI::ValidationError("--draft-max",
-                                     "draft-max must be in [0, 255] or auto (got " + s + ")");
-        }
-        return s;
-      });
+      ->transform(CountOrAuto("draft-max", 255, decode::kDraftAuto));
   cmd->add_option(
       "--draft-p-min", decoding.draft_p_min,
       "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");
   cmd->add_option("--verify-chunk", decoding.verify_chunk,
-                  "spec: logit rows of a verify pass's first chunk; the other rows are computed "
-                  "only when every draft in it was accepted (auto: chosen per round from the "
-                  "acceptance so far, the default; 0: all rows in the pass; output unchanged)")
-      ->transform([](std::string s) {
-        if (s == "auto") return std::to_string(decode::kVerifyChunkAuto);
-        if (!s.empty() && s[0] == '-') {
-          throw CLI::ValidationError("--verify-chunk",
-                                     "verify-chunk must be in [0, 256] or auto (got " + s + ")");
-        }
-        return s;
-      });
+                  "spec: logit rows of a verify pass's first chunk, [0, 256] or auto; the other "
+                  "rows are computed only when every draft in it was accepted (auto: chosen per "
+                  "round from the acceptance so far, the default; 0: all rows in the pass; "
+                  "output unchanged)")
+      ->transform(CountOrAuto("verify-chunk", 256, decode::kVerifyChunkAuto));
   cmd->add_flag("--draft-expert-budget", decoding.draft_expert_budget,
                 "spec: draft rows route only among the seed's experts (fewer expert bytes per "
                 "draft; output unchanged, acceptance may drop)");

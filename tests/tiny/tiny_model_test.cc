@@ -133,6 +133,15 @@ TEST(TinyModel, GreedyAnswersMatchTheCommittedGoldenOutputs) {
   }
 }
 
+// The output of one generation (room for 96 answer tokens), its stats into `st`.
+std::vector<int32_t> RunWithStats(const std::vector<int32_t>& prompt,
+                                  const decode::DecodeParams& params, decode::DecodeStats& st) {
+  auto state = TinyEngine().NewState(static_cast<int64_t>(prompt.size()) + 104, GgmlType::kF16);
+  decode::Generation gen = RunGeneration(TinyEngine(), *state, prompt, params, nullptr);
+  st = gen.stats();
+  return gen.output();
+}
+
 // Lossless speculation with the default F16 cache on every golden prompt at several lengths.
 TEST(TinyModel, SpecEqualsArOnEveryGoldenPrompt) {
   const json g = Golden();
@@ -159,19 +168,12 @@ TEST(TinyModel, FusedPassesChangeNoToken) {
          {json{{"mode", "diffusion"}, {"threshold", 0.95}},
           json{{"mode", "diffusion"}, {"threshold", 0.9}}, json{{"mode", "spec"}}}) {
       SCOPED_TRACE(run["question"].get<std::string>() + " " + mode.dump());
-      auto run_stats = [&](const decode::DecodeParams& params, decode::DecodeStats& st) {
-        auto state =
-            TinyEngine().NewState(static_cast<int64_t>(prompt.size()) + 104, GgmlType::kF16);
-        decode::Generation gen = RunGeneration(TinyEngine(), *state, prompt, params, nullptr);
-        st = gen.stats();
-        return gen.output();
-      };
       const decode::DecodeParams p = Params(mode, 96);
       decode::DecodeParams q = p;
       q.fuse_passes = true;
       decode::DecodeStats a, b;
-      const auto unfused = run_stats(p, a);
-      EXPECT_EQ(run_stats(q, b), unfused);
+      const auto unfused = RunWithStats(prompt, p, a);
+      EXPECT_EQ(RunWithStats(prompt, q, b), unfused);
       if (mode["mode"] == "spec") {
         EXPECT_EQ(unfused, Generate(prompt, Params(json{{"mode", "ar"}}, 96), GgmlType::kF16));
         EXPECT_EQ(b.accepted_hist, a.accepted_hist);
@@ -200,23 +202,16 @@ TEST(TinyModel, VerifyChunksChangeNoToken) {
         p.sampling.temperature = 0.7f;
         p.sampling.seed = 3;
       }
-      auto run_stats = [&](const decode::DecodeParams& params, decode::DecodeStats& st) {
-        auto state =
-            TinyEngine().NewState(static_cast<int64_t>(prompt.size()) + 104, GgmlType::kF16);
-        decode::Generation gen = RunGeneration(TinyEngine(), *state, prompt, params, nullptr);
-        st = gen.stats();
-        return gen.output();
-      };
       p.verify_chunk = 0;
       decode::DecodeStats a;
-      const auto want = run_stats(p, a);
+      const auto want = RunWithStats(prompt, p, a);
       for (int chunk : {2, decode::kVerifyChunkAuto}) {
         SCOPED_TRACE(run["question"].get<std::string>() + (sampled ? " sampled" : " greedy") +
                      " chunk " + std::to_string(chunk));
         decode::DecodeParams q = p;
         q.verify_chunk = chunk;
         decode::DecodeStats b;
-        EXPECT_EQ(run_stats(q, b), want);
+        EXPECT_EQ(RunWithStats(prompt, q, b), want);
         EXPECT_EQ(b.accepted_hist, a.accepted_hist);
         EXPECT_EQ(b.verify_rows, a.verify_rows);
         more += b.verify_more_calls;
