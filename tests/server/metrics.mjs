@@ -181,7 +181,9 @@ check("the histograms count every request (TTFT, e2e, queue; per token: requests
 });
 
 check("--metrics-compat vllm: the vLLM names carry the same values as crossword's", async () => {
-  const load = stream(B, { messages: q(1), max_tokens: 200, ignore_eos: true, reasoning_format: "none" });
+  // Long enough that the scrape 20 ms in still finds it running (the embedded model decodes
+  // ~10,000 tokens/s since small loops run on the calling thread: 200 tokens were gone in time).
+  const load = stream(B, { messages: q(1), max_tokens: 1500, ignore_eos: true, reasoning_format: "none" });
   const other = post(B.base, "/v1/chat/completions", { messages: q(2), max_tokens: 20, ignore_eos: true, reasoning_format: "none" });
   await sleep(20);
   const pairs = [
@@ -245,7 +247,7 @@ check("the llm-d router values file: every metric it names is in a live scrape w
 });
 
 check("a picker's view of three replicas: the loaded one shows its queue and KV use, the idle ones zeros", async () => {
-  const load = Promise.all(Array.from({ length: 4 }, (_, i) => stream(A, { messages: q(i), max_tokens: 300, ignore_eos: true, reasoning_format: "none" })));
+  const load = Promise.all(Array.from({ length: 4 }, (_, i) => stream(A, { messages: q(i), max_tokens: 900, ignore_eos: true, reasoning_format: "none" })));
   let best = null;
   // Bounded by time, not by a count of polls: under ASan each scrape is slower.
   for (const until = Date.now() + 30000; !best && Date.now() < until; ) {
