@@ -192,7 +192,7 @@ bool Generation::IsEog(int32_t token) const {
 void Generation::Finish(FinishReason reason) {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
-  more_begin_ = more_end_ = 0;
+  wants_more_ = false;
   finish_ = reason;
   if (auto* g = dynamic_cast<GrammarConstraint*>(constraint_.get())) {
     stats_.grammar_masks = g->masks();
@@ -706,9 +706,9 @@ void Generation::OnMoreLogits(std::span<const float> logits) {
   }
   stats_.commit_seconds += std::chrono::duration<double>(Clock::now() - pass_start_).count();
   ++stats_.verify_more_calls;
-  stats_.verify_logit_rows += more_end_ - more_begin_;
-  verify_ready_ = more_end_;
-  more_begin_ = more_end_ = 0;
+  stats_.verify_logit_rows += verify_len_ - verify_ready_;
+  verify_ready_ = verify_len_;
+  wants_more_ = false;
   OnVerify(logits);
 }
 
@@ -719,8 +719,7 @@ void Generation::OnVerify(std::span<const float> logits) {
   const int32_t bonus =
       params_.sampling.greedy() ? VerifyGreedy(logits, accepted) : VerifySampled(logits, accepted);
   if (bonus == kNeedRows) {  // every draft of the chunk accepted: the rest of the rows, at once
-    more_begin_ = verify_ready_;
-    more_end_ = V;
+    wants_more_ = true;
     pass_start_ = Clock::now();  // OnMoreLogits adds the head's time to the verify pass
     return;
   }

@@ -200,9 +200,9 @@ class Generation {
   void OnLogits(std::span<const float> logits);
   /// After OnLogits / OnMoreLogits: whether the verify pass needs the logits of
   /// more_logit_rows() (Executor::MoreLogits on the same context) before anything else.
-  bool wants_more_logits() const { return more_end_ > more_begin_; }
+  bool wants_more_logits() const { return wants_more_; }
   /// The rows [begin, end) wanted.
-  std::pair<int64_t, int64_t> more_logit_rows() const { return {more_begin_, more_end_}; }
+  std::pair<int64_t, int64_t> more_logit_rows() const { return {verify_ready_, verify_len_}; }
   /// Consumes the pass's logits again, the wanted rows now computed (the layout of OnLogits).
   void OnMoreLogits(std::span<const float> logits);
   /// Ends the generation now (client cancelled).
@@ -274,10 +274,10 @@ class Generation {
   int64_t block_len_ = 0;
   int64_t verify_len_ = 0;  // spec: rows of the verify pass (seed + kept drafts)
   // Chunked verify (params_.verify_chunk): rows whose logits are computed, the next row to check,
-  // drafts accepted so far, the penalty index of the seed, the wanted rows, and the accepted
-  // counts of earlier rounds with drafts (index: drafts accepted).
+  // drafts accepted so far, the penalty index of the seed, whether the rest is wanted, and the
+  // accepted counts of earlier rounds with drafts (index: drafts accepted).
   int64_t verify_ready_ = 0, verify_row_ = 0, verify_accepted_ = 0, verify_gen0_ = 0;
-  int64_t more_begin_ = 0, more_end_ = 0;
+  bool wants_more_ = false;  // the rest of the verify rows, [verify_ready_, verify_len_)
   bool chunk_verify_ = false;
   std::vector<int64_t> verify_hist_;
   std::vector<float> row_;  // processed logits scratch (n_vocab)
