@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "kernels/kernels.h"
 
 namespace crossword::decode {
 
@@ -72,24 +73,12 @@ Sampler::Sampler(SamplingParams params, int64_t n_vocab)
 }
 
 int32_t Sampler::ArgMax(std::span<const float> logits, int32_t exclude) {
-  int32_t best = -1;
-  float best_v = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (static_cast<int32_t>(i) == exclude) continue;
-    if (best < 0 || logits[i] > best_v) {
-      best = static_cast<int32_t>(i);
-      best_v = logits[i];
-    }
-  }
-  return best;
+  return static_cast<int32_t>(
+      kernels::ArgMax(logits.data(), static_cast<int64_t>(logits.size()), exclude));
 }
 
 float SoftmaxProb(std::span<const float> logits, int32_t token) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (float l : logits) mx = std::max(mx, l);
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
-  return static_cast<float>(std::exp(static_cast<double>(logits[token]) - mx) / sum);
+  return kernels::SoftmaxProb(logits.data(), static_cast<int64_t>(logits.size()), token);
 }
 
 std::span<const std::pair<int32_t, float>> Sampler::Probabilities(std::span<const float> logits) {

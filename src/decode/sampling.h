@@ -89,7 +89,9 @@ class Sampler {
   std::vector<std::pair<int32_t, float>> cand_;
 };
 
-/// Softmax probability of `token` in `logits` (full vocabulary, max-subtracted, in double).
+/// Softmax probability of `token` in `logits` (full vocabulary, max-subtracted;
+/// kernels::SoftmaxProb: exp in float, the sum in double; 18 us per 4,096-wide row in double exp,
+/// ~1 us vectorized).
 float SoftmaxProb(std::span<const float> logits, int32_t token);
 
 /// The categorical draw every sampled choice uses: the token of the first entry of `dist` whose

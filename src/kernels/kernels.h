@@ -147,6 +147,14 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void L2Norm(float* x, int64_t n, float eps);
 /// x = softmax(x) in place: subtract the max, exp, sum in double, multiply by 1/sum.
 void Softmax(float* x, int64_t n);
+/// Index of the largest of x[0, n) (ties: the lowest index), skipping index `exclude` (< 0:
+/// none); -1 when no index is left. A NaN anywhere gives the scalar twin's answer (the first
+/// index kept, since nothing compares greater than NaN). n >= 0. Used per logit row by greedy
+/// decoding (the vocabulary, 4096 to 248,320 wide).
+int64_t ArgMax(const float* x, int64_t n, int64_t exclude);
+/// softmax(x)[i] for 0 <= i < n: exp(x[i] - max) / sum_j exp(x[j] - max), exp in float, the sum in
+/// double (as Softmax). Diffusion's confidence of a slot's candidate, per masked row and pass.
+float SoftmaxProb(const float* x, int64_t n, int64_t i);
 /// NeoX rope on the first n_rot dims of each head: pair (i, i + n_rot/2) rotates by theta_i =
 /// pos * base^(-2i/n_rot), computed as ggml does (float theta_scale = powf(base, -2/n_rot),
 /// theta multiplied by it once per pair, cos/sin in float). Dims >= n_rot are untouched.

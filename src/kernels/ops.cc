@@ -112,6 +112,75 @@ void SoftmaxImpl(float* x, int64_t n) {
   ScaleMulRow(x, nullptr, static_cast<float>(1.0 / s), x, n);
 }
 
+int64_t ArgMaxImpl(const float* x, int64_t n, int64_t exclude) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const int64_t N = hn::Lanes(d);
+  if (n < 2 * N) return ref::ArgMax(x, n, exclude);
+  // Pass 1: the max over the kept indices (the excluded lane reads -inf), NaNs noted.
+  const VF ninf = hn::Set(d, -INFINITY);
+  auto vmax = ninf;
+  auto nan = hn::FirstN(d, 0);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    VF v = hn::LoadU(d, x + i);
+    nan = hn::Or(nan, hn::IsNaN(v));
+    if (exclude >= i && exclude < i + N) {
+      v = hn::IfThenElse(hn::RebindMask(d, hn::Eq(hn::Iota(di, 0),
+                                                  hn::Set(di, static_cast<int32_t>(exclude - i)))),
+                         ninf, v);
+    }
+    vmax = hn::Max(vmax, v);
+  }
+  float max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  for (int64_t j = i; j < n; ++j) {
+    if (std::isnan(x[j])) return ref::ArgMax(x, n, exclude);
+    if (j != exclude) max = std::max(max, x[j]);
+  }
+  if (!hn::AllFalse(d, nan)) return ref::ArgMax(x, n, exclude);
+  // Pass 2: the first kept index holding it (every kept value is <= max, none is NaN).
+  const VF vm = hn::Set(d, max);
+  for (i = 0; i + N <= n; i += N) {
+    auto eq = hn::Eq(hn::LoadU(d, x + i), vm);
+    if (exclude >= i && exclude < i + N) {
+      eq = hn::AndNot(hn::RebindMask(d, hn::Eq(hn::Iota(di, 0),
+                                               hn::Set(di, static_cast<int32_t>(exclude - i)))),
+                      eq);
+    }
+    const intptr_t k = hn::FindFirstTrue(d, eq);
+    if (k >= 0) return i + k;
+  }
+  for (int64_t j = i; j < n; ++j) {
+    if (j != exclude && x[j] == max) return j;
+  }
+  return -1;  // only the excluded index held values (n - 1 of them -inf is still a match)
+}
+
+float SoftmaxProbImpl(const float* x, int64_t n, int64_t at) {
+  const DF d;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfh;
+  const int64_t N = hn::Lanes(d), NH = hn::Lanes(dd);
+  float max = -INFINITY;
+  int64_t i = 0;
+  if (n >= N) {
+    auto vmax = hn::Set(d, -INFINITY);
+    for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
+    max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  }
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  const VF vmax = hn::Set(d, max);
+  auto sum = hn::Zero(dd);
+  alignas(64) float e[HWY_MAX_BYTES / sizeof(float)];
+  for (i = 0; i + N <= n; i += N) {
+    hn::Store(hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax)), d, e);
+    for (int64_t j = 0; j < N; j += NH) sum = hn::Add(sum, hn::PromoteTo(dd, hn::Load(dfh, e + j)));
+  }
+  double s = hn::GetLane(hn::SumOfLanes(dd, sum));
+  for (; i < n; ++i) s += std::exp(x[i] - max);
+  return static_cast<float>(static_cast<double>(std::exp(x[at] - max)) / s);
+}
+
 void RopeNeoxImpl(float* x, int64_t n_head, int64_t head_stride, int n_rot, int64_t pos,
                   float freq_base) {
   const int half = n_rot / 2;
@@ -283,6 +352,8 @@ namespace crossword::kernels {
 HWY_EXPORT(RmsNormImpl);
 HWY_EXPORT(L2NormImpl);
 HWY_EXPORT(SoftmaxImpl);
+HWY_EXPORT(ArgMaxImpl);
+HWY_EXPORT(SoftmaxProbImpl);
 HWY_EXPORT(RopeNeoxImpl);
 HWY_EXPORT(UnaryImpl);
 HWY_EXPORT(BinaryImpl);
@@ -296,6 +367,13 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
 }
 void L2Norm(float* x, int64_t n, float eps) { HWY_DYNAMIC_DISPATCH(L2NormImpl)(x, n, eps); }
 void Softmax(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(SoftmaxImpl)(x, n); }
+int64_t ArgMax(const float* x, int64_t n, int64_t exclude) {
+  return HWY_DYNAMIC_DISPATCH(ArgMaxImpl)(x, n, exclude);
+}
+float SoftmaxProb(const float* x, int64_t n, int64_t i) {
+  Check(i >= 0 && i < n, "SoftmaxProb: index {} outside [0, {})", i, n);
+  return HWY_DYNAMIC_DISPATCH(SoftmaxProbImpl)(x, n, i);
+}
 
 void RopeNeox(float* x, int64_t n_head, int64_t head_dim, int64_t head_stride, int n_rot,
               int64_t pos, float freq_base) {

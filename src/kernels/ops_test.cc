@@ -77,6 +77,44 @@ TEST(Ops, NormsSoftmaxRopeMatchTwinsOnEveryTarget) {
   }
 }
 
+TEST(Ops, ArgMaxAndSoftmaxProbMatchTwinsOnEveryTarget) {
+  TargetGuard guard;
+  for (int64_t target : AvailableTargets()) {
+    ForceTargetForTest(target);
+    SCOPED_TRACE(TargetName(target));
+    for (int64_t n : {0, 1, 7, 16, 33, 64, 4096, 4099}) {
+      auto x = Random(n, -8.0f, 8.0f, 11);
+      // Ties (the lowest index wins), -inf entries (masked tokens) and the max in every lane
+      // position of some vector, each with no exclusion, the winner excluded, and others.
+      for (int64_t m = 0; m < std::min<int64_t>(n, 40); ++m) {
+        auto y = x;
+        y[m] = 9.0f;
+        if (m + 17 < n) y[m + 17] = 9.0f;
+        if (m + 1 < n) y[m + 1] = -INFINITY;
+        for (int64_t ex : {int64_t{-1}, m, m + 17, n - 1, int64_t{0}}) {
+          ASSERT_EQ(ArgMax(y.data(), n, ex), ref::ArgMax(y.data(), n, ex))
+              << "n " << n << " max at " << m << " exclude " << ex;
+        }
+      }
+      if (n > 0) {
+        auto y = x;
+        y[n / 2] = NAN;  // the twin's answer, whatever it is
+        ASSERT_EQ(ArgMax(y.data(), n, -1), ref::ArgMax(y.data(), n, -1));
+        std::vector<float> ninf(n, -INFINITY);  // all -inf: the first kept index
+        ASSERT_EQ(ArgMax(ninf.data(), n, 0), n > 1 ? 1 : -1);
+        ASSERT_EQ(ArgMax(ninf.data(), n, -1), 0);
+        x[0] = 80.0f;  // a large logit: the max must be subtracted first
+        if (n > 3) x[3] = -INFINITY;
+        for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
+          const float got = SoftmaxProb(x.data(), n, i), want = ref::SoftmaxProb(x.data(), n, i);
+          ASSERT_NEAR(got, want, 8 * kUlp * want + 1e-37f) << "n " << n << " i " << i;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(SoftmaxProb(nullptr, 0, 0), Error);
+}
+
 TEST(Ops, ElementwiseMatchTwinsOnEveryTarget) {
   TargetGuard guard;
   const int64_t n = 1000;

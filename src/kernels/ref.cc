@@ -347,6 +347,23 @@ void Softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+int64_t ArgMax(const float* x, int64_t n, int64_t exclude) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == exclude) continue;
+    if (best < 0 || x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+float SoftmaxProb(const float* x, int64_t n, int64_t i) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j] - max);
+  return static_cast<float>(static_cast<double>(std::exp(x[i] - max)) / sum);
+}
+
 void RopeNeox(float* x, int64_t n_head, int64_t, int64_t head_stride, int n_rot, int64_t pos,
               float freq_base) {
   const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));

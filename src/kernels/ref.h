@@ -43,6 +43,8 @@ void MatMulDequantized(const Matrix& w, const float* x, int64_t n_rows, int64_t 
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void L2Norm(float* x, int64_t n, float eps);
 void Softmax(float* x, int64_t n);
+int64_t ArgMax(const float* x, int64_t n, int64_t exclude);
+float SoftmaxProb(const float* x, int64_t n, int64_t i);
 void RopeNeox(float* x, int64_t n_head, int64_t head_dim, int64_t head_stride, int n_rot,
               int64_t pos, float freq_base);
 void SiluMul(const float* gate, const float* up, float* y, int64_t n);
