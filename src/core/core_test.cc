@@ -38,9 +38,9 @@ TEST(ThreadPool, EveryTaskRunsOnce) {
   }
 }
 
-// Busy threads on every core make the pool's yields come back late, so its waits switch to the
-// timed pause spin and the futex (thread_pool.cc, WaitUntil): every task still runs exactly once,
-// and gaps between loops (the worker asleep) are survived too.
+// Busy threads on every core: the pool's waits yield to them and sleep (thread_pool.cc,
+// WaitUntil), and every task still runs exactly once, across gaps between loops (the worker
+// asleep) too.
 TEST(ThreadPool, EveryTaskRunsOnceBesideBusyThreads) {
   std::atomic<bool> stop{false};
   std::vector<std::thread> busy;

@@ -77,9 +77,6 @@ class ThreadPool {
   alignas(64) std::atomic<int> busy_workers_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> in_job_{false};
-  // steady_clock nanoseconds until which waits skip the yield phase (a yield came back late:
-  // another process is using the cores; thread_pool.cc, WaitUntil).
-  std::atomic<int64_t> no_yield_until_{0};
 };
 
 }  // namespace crossword
