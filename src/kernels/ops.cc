@@ -82,11 +82,10 @@ void L2NormImpl(float* x, int64_t n, float eps) {
   ScaleMulRow(x, nullptr, 1.0f / std::max(norm, eps), x, n);
 }
 
-void SoftmaxImpl(float* x, int64_t n) {
+// max of x[0, n) (-inf for n = 0).
+float MaxOf(const float* HWY_RESTRICT x, int64_t n) {
   const DF d;
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> dfh;
-  const int64_t N = hn::Lanes(d), NH = hn::Lanes(dd);
+  const int64_t N = hn::Lanes(d);
   float max = -INFINITY;
   int64_t i = 0;
   if (n >= N) {
@@ -95,20 +94,37 @@ void SoftmaxImpl(float* x, int64_t n) {
     max = hn::GetLane(hn::MaxOfLanes(d, vmax));
   }
   for (; i < n; ++i) max = std::max(max, x[i]);
+  return max;
+}
+
+// sum of exp(x[i] - max), each exp in float, summed in double; the exps go to out[0, n) when out
+// is not null (out may be x).
+double SumExpF64(const float* x, int64_t n, float max, float* out) {
+  const DF d;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfh;
+  const int64_t N = hn::Lanes(d), NH = hn::Lanes(dd);
   const VF vmax = hn::Set(d, max);
   auto sum = hn::Zero(dd);
-  i = 0;
+  alignas(64) float scratch[HWY_MAX_BYTES / sizeof(float)];
+  int64_t i = 0;
   for (; i + N <= n; i += N) {
-    const VF e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax));
-    hn::StoreU(e, d, x + i);
+    float* e = out ? out + i : scratch;
+    hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax)), d, e);
     for (int64_t j = 0; j < N; j += NH)
-      sum = hn::Add(sum, hn::PromoteTo(dd, hn::LoadU(dfh, x + i + j)));
+      sum = hn::Add(sum, hn::PromoteTo(dd, hn::LoadU(dfh, e + j)));
   }
   double s = hn::GetLane(hn::SumOfLanes(dd, sum));
   for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - max);
-    s += x[i];
+    const float e = std::exp(x[i] - max);
+    if (out) out[i] = e;
+    s += e;
   }
+  return s;
+}
+
+void SoftmaxImpl(float* x, int64_t n) {
+  const double s = SumExpF64(x, n, MaxOf(x, n), x);
   ScaleMulRow(x, nullptr, static_cast<float>(1.0 / s), x, n);
 }
 
@@ -157,27 +173,8 @@ int64_t ArgMaxImpl(const float* x, int64_t n, int64_t exclude) {
 }
 
 float SoftmaxProbImpl(const float* x, int64_t n, int64_t at) {
-  const DF d;
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> dfh;
-  const int64_t N = hn::Lanes(d), NH = hn::Lanes(dd);
-  float max = -INFINITY;
-  int64_t i = 0;
-  if (n >= N) {
-    auto vmax = hn::Set(d, -INFINITY);
-    for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
-    max = hn::GetLane(hn::MaxOfLanes(d, vmax));
-  }
-  for (; i < n; ++i) max = std::max(max, x[i]);
-  const VF vmax = hn::Set(d, max);
-  auto sum = hn::Zero(dd);
-  alignas(64) float e[HWY_MAX_BYTES / sizeof(float)];
-  for (i = 0; i + N <= n; i += N) {
-    hn::Store(hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax)), d, e);
-    for (int64_t j = 0; j < N; j += NH) sum = hn::Add(sum, hn::PromoteTo(dd, hn::Load(dfh, e + j)));
-  }
-  double s = hn::GetLane(hn::SumOfLanes(dd, sum));
-  for (; i < n; ++i) s += std::exp(x[i] - max);
+  const float max = MaxOf(x, n);
+  const double s = SumExpF64(x, n, max, nullptr);
   return static_cast<float>(static_cast<double>(std::exp(x[at] - max)) / s);
 }
 
