@@ -495,7 +495,10 @@ void Generation::OnDenoise(std::span<const float> logits) {
       tok = sampler_.Sample(p);
       p[params_.mask_id] = saved;
     }
-    const float conf = SoftmaxProb(p, tok);
+    // A row without a finite logit (every candidate banned) has no probability (NaN): count it
+    // as 0, so the pass still commits its most confident slot and the block ends.
+    float conf = SoftmaxProb(p, tok);
+    if (!(conf >= 0.0f)) conf = 0.0f;
     cand[j] = {tok, conf};
     if (conf > best_conf) {
       best_conf = conf;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "grammar/json_schema.h"
 #include "server/server_impl.h"
@@ -369,7 +370,22 @@ void Server::Impl::HandleNativeCompletion(const http::Request& req, http::Respon
   CompletionRequest r;
   ParseGenerationFields(body, defaults, r);
   if (r.n != 1) BadRequest("n", "/completion answers one result: send n requests, or use /v1");
-  if (!logit_bias.is_null()) NativeLogitBias(tok, logit_bias, n_vocab, r.params.sampling);
+  if (!logit_bias.is_null()) {
+    NativeLogitBias(tok, logit_bias, n_vocab, r.params.sampling);
+    // With every token banned nothing can be generated (a diffusion block would never commit).
+    std::vector<uint8_t> banned(static_cast<size_t>(std::max<int64_t>(0, n_vocab)), 0);
+    int64_t n_banned = 0;
+    for (const auto& [id, bias] : r.params.sampling.logit_bias) {
+      if (bias == -INFINITY && !banned[static_cast<size_t>(id)]) {
+        banned[static_cast<size_t>(id)] = 1;
+        ++n_banned;
+      }
+    }
+    if (n_banned >= n_vocab) {
+      BadRequest("logit_bias", "bans every token of the vocabulary (" + std::to_string(n_vocab) +
+                                   "): nothing could be generated");
+    }
+  }
   if (const json* v = Field(body, "samplers")) NativeSamplers(*v, r.params.sampling);
   if (const json* v = Field(body, "n_probs"))
     no.n_probs = static_cast<int>(Integer(*v, "n_probs", 0, 100));

@@ -5,7 +5,7 @@
 // those of the tokens whose text that chunk carries (before the fix, when several deltas were
 // taken at once, all their entries went on the first chunk).
 import assert from "node:assert/strict";
-import { check, post, run, sse, startServer } from "./harness.mjs";
+import { check, get, post, run, sse, startServer } from "./harness.mjs";
 
 const srv = await startServer(["-np", "4"]);
 const base = srv.base;
@@ -92,6 +92,25 @@ check("logit_bias: [[id, false]] bans a token, {id: -100} too, [[text, bias]] by
   assert.equal(s.content, greedy.content, "greedy whatever the chain");
   assert.equal((await post(base, "/completion", { prompt, samplers: ["bogus"] })).status, 400);
   assert.equal((await post(base, "/completion", { prompt, logit_bias: [[1]] })).status, 400);
+});
+
+check("logit_bias banning every token: 400; banning all but the mask token, diffusion still ends", async () => {
+  // The embedded model: 4,096 tokens, the mask token 4095 (tokenizer.ggml.mask_token_id).
+  const all = Array.from({ length: 4096 }, (_, i) => [i, false]);
+  const r = await post(base, "/completion", { prompt, n_predict: 4, logit_bias: all });
+  assert.equal(r.status, 400, JSON.stringify(r.body));
+  assert.match(JSON.stringify(r.body), /logit_bias/);
+  // The full ban used to hang a diffusion request (each row all -inf: a confidence of NaN, so no
+  // slot ever committed). With all but the mask token banned, a diffusion pass's candidates (never
+  // the mask token) are all banned and their confidence is 0: the most confident slot commits
+  // anyway and every mode ends.
+  for (const mode of ["diffusion", "spec", "ar"]) {
+    const t0 = Date.now();
+    const d = await post(base, "/completion", { prompt, n_predict: 8, logit_bias: all.slice(0, 4095), crossword: { mode } });
+    assert.equal(d.status, 200, `${mode}: ${JSON.stringify(d.body)}`);
+    assert.ok(Date.now() - t0 < 20000, `${mode} took ${Date.now() - t0} ms`);
+  }
+  assert.equal((await get(base, "/health")).status, 200);
 });
 
 check("stop words: stop_type word, stopping_word, the text before it", async () => {
