@@ -148,9 +148,9 @@ void L2Norm(float* x, int64_t n, float eps);
 /// x = softmax(x) in place: subtract the max, exp, sum in double, multiply by 1/sum.
 void Softmax(float* x, int64_t n);
 /// Index of the largest of x[0, n) (ties: the lowest index), skipping index `exclude` (< 0:
-/// none); -1 when no index is left. A NaN anywhere gives the scalar twin's answer (the first
-/// index kept, since nothing compares greater than NaN). n >= 0. Used per logit row by greedy
-/// decoding (the vocabulary, 4096 to 248,320 wide).
+/// none); -1 when no index is left. A row with a NaN gets the scalar twin's answer (its loop keeps
+/// the first index and then any larger value; NaN compares greater than nothing). n >= 0. Used per
+/// logit row by greedy decoding (the vocabulary, 4096 to 248,320 wide).
 int64_t ArgMax(const float* x, int64_t n, int64_t exclude);
 /// softmax(x)[i] for 0 <= i < n: exp(x[i] - max) / sum_j exp(x[j] - max), exp in float, the sum in
 /// double (as Softmax). Diffusion's confidence of a slot's candidate, per masked row and pass.
