@@ -133,6 +133,11 @@ int64_t ArgMaxImpl(const float* x, int64_t n, int64_t exclude) {
   const hn::RebindToSigned<DF> di;
   const int64_t N = hn::Lanes(d);
   if (n < 2 * N) return ref::ArgMax(x, n, exclude);
+  // The lane of the excluded index in the vector starting at i (exclude is in [i, i + N)).
+  auto excluded_lane = [&](int64_t i) {
+    return hn::RebindMask(d,
+                          hn::Eq(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(exclude - i))));
+  };
   // Pass 1: the max over the kept indices (the excluded lane reads -inf), NaNs noted.
   const VF ninf = hn::Set(d, -INFINITY);
   auto vmax = ninf;
@@ -142,9 +147,7 @@ int64_t ArgMaxImpl(const float* x, int64_t n, int64_t exclude) {
     VF v = hn::LoadU(d, x + i);
     nan = hn::Or(nan, hn::IsNaN(v));
     if (exclude >= i && exclude < i + N) {
-      v = hn::IfThenElse(hn::RebindMask(d, hn::Eq(hn::Iota(di, 0),
-                                                  hn::Set(di, static_cast<int32_t>(exclude - i)))),
-                         ninf, v);
+      v = hn::IfThenElse(excluded_lane(i), ninf, v);
     }
     vmax = hn::Max(vmax, v);
   }
@@ -159,9 +162,7 @@ int64_t ArgMaxImpl(const float* x, int64_t n, int64_t exclude) {
   for (i = 0; i + N <= n; i += N) {
     auto eq = hn::Eq(hn::LoadU(d, x + i), vm);
     if (exclude >= i && exclude < i + N) {
-      eq = hn::AndNot(hn::RebindMask(d, hn::Eq(hn::Iota(di, 0),
-                                               hn::Set(di, static_cast<int32_t>(exclude - i)))),
-                      eq);
+      eq = hn::AndNot(excluded_lane(i), eq);
     }
     const intptr_t k = hn::FindFirstTrue(d, eq);
     if (k >= 0) return i + k;
