@@ -18,6 +18,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+/// An Error the request itself caused, found while serving it (its logit_bias and grammar leave no
+/// token at some position, ...): servers answer it as a client error (HTTP 400), not a 500.
+class RequestError : public Error {
+ public:
+  explicit RequestError(const std::string& message) : Error(message) {}
+};
+
 /// Throws crossword::Error with a fmt-formatted message.
 template <typename... Args>
 [[noreturn]] void Fail(fmt::format_string<Args...> format, Args&&... args) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -594,6 +595,29 @@ TEST(Sampling, SeededSamplingIsDeterministicAndRespectsTopK) {
   EXPECT_EQ(counts[0] + counts[3], 0);
   EXPECT_GT(counts[1], 800);
   EXPECT_GT(counts[2], 800);
+}
+
+// Every token excluded (-inf): a request error, greedy or sampled (a sampled row used to give an
+// empty candidate list, and Draw read past it); one finite token is chosen whatever the rest.
+TEST(Sampling, NoFiniteLogitIsARequestError) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> none = {-inf, -inf, -inf, -inf};
+  const std::vector<float> one = {-inf, -inf, 0.5f, -inf};
+  for (const float temperature : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = 2;
+    p.min_p = 0.1f;
+    p.top_p = 0.9f;
+    Sampler s(p, 4);
+    EXPECT_THROW(s.Sample(none), RequestError) << temperature;
+    EXPECT_TRUE(s.Probabilities(none).empty()) << temperature;
+    EXPECT_EQ(s.Sample(one), 2) << temperature;
+    ASSERT_EQ(s.Probabilities(one).size(), 1u) << temperature;
+  }
+  EXPECT_THROW(RequireAllowed(none, 1), RequestError);
+  EXPECT_NO_THROW(RequireAllowed(one, 2));
+  EXPECT_THROW(Draw({}, 0.5), Error);
 }
 
 }  // namespace

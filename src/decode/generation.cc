@@ -489,14 +489,15 @@ void Generation::OnDenoise(std::span<const float> logits) {
     int32_t tok;
     if (params_.sampling.greedy()) {
       tok = Sampler::ArgMax(p, params_.mask_id);
+      RequireAllowed(p, tok);
     } else {
       const float saved = p[params_.mask_id];
       p[params_.mask_id] = -std::numeric_limits<float>::infinity();
       tok = sampler_.Sample(p);
       p[params_.mask_id] = saved;
     }
-    // A row without a finite logit (every candidate banned) has no probability (NaN): count it
-    // as 0, so the pass still commits its most confident slot and the block ends.
+    // A NaN row (a failed model) has no probability: count it as 0, so the pass still commits its
+    // most confident slot and the block ends. (A row with every token banned failed above.)
     float conf = SoftmaxProb(p, tok);
     if (!(conf >= 0.0f)) conf = 0.0f;
     cand[j] = {tok, conf};
@@ -543,6 +544,7 @@ void Generation::OnDenoiseConstrained(std::span<const float> logits) {
     p[params_.mask_id] = -std::numeric_limits<float>::infinity();
     const int32_t tok =
         params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : sampler_.Sample(p);
+    RequireAllowed(p, tok);
     if (j > first && SoftmaxProb(p, tok) < params_.threshold) break;
     block_[j] = tok;
     masked_[j] = 0;
@@ -572,6 +574,12 @@ void Generation::OnDraft(std::span<const float> logits) {
     std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j, c);
     // Sampled drafts without a cut need no argmax.
     const int32_t top = cut || params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : -1;
+    // Nothing but the mask token allowed here (the request's bans): the draft ends, and the
+    // verify row decides as AR would (it may emit the mask token, or fail the request).
+    if (top >= 0 && p[static_cast<size_t>(top)] == -std::numeric_limits<float>::infinity()) {
+      verify_len_ = j;
+      break;
+    }
     // The draft ends before its first unsure slot: later slots are rarely accepted, and every
     // verified row costs the verify pass as much as a row that is accepted.
     if (cut && SoftmaxProb(p, top) < params_.draft_p_min) {
@@ -583,6 +591,10 @@ void Generation::OnDraft(std::span<const float> logits) {
     } else {
       p[params_.mask_id] = -std::numeric_limits<float>::infinity();
       auto q = sampler_.Probabilities(p);
+      if (q.empty()) {  // every token but the mask token excluded: as above
+        verify_len_ = j;
+        break;
+      }
       draft_dist_[j].assign(q.begin(), q.end());
       block_[j] = Draw(q, sampler_.Uniform());
     }
@@ -653,6 +665,7 @@ int32_t Generation::VerifySampled(std::span<const float> logits, int64_t& accept
     }
     auto pd = sampler_.Probabilities(
         Processed(logits.subspan(i * n_vocab_, n_vocab_), gen0 + i + 1, constraint_.get()));
+    if (pd.empty()) FailNoTokenAllowed();
     verify_dist_.assign(pd.begin(), pd.end());
     if (i + 1 == V) return Draw(verify_dist_, sampler_.Uniform());
     const int32_t d = block_[i + 1];

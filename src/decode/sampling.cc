@@ -84,12 +84,16 @@ float SoftmaxProb(std::span<const float> logits, int32_t token) {
 std::span<const std::pair<int32_t, float>> Sampler::Probabilities(std::span<const float> logits) {
   cand_.clear();
   if (params_.greedy()) {
-    cand_.emplace_back(ArgMax(logits), 1.0f);
+    const int32_t top = ArgMax(logits);
+    if (logits[static_cast<size_t>(top)] != -std::numeric_limits<float>::infinity())
+      cand_.emplace_back(top, 1.0f);
     return cand_;
   }
   const float inv_t = 1.0f / params_.temperature;
   float mx = -std::numeric_limits<float>::infinity();
   for (float l : logits) mx = std::max(mx, l);
+  // Every token excluded: (l - mx) would be NaN for all of them.
+  if (mx == -std::numeric_limits<float>::infinity()) return cand_;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float v = (logits[i] - mx) * inv_t;
     if (v > -80.0f) cand_.emplace_back(static_cast<int32_t>(i), v);  // exp(-80) ~ 1e-35: drop
@@ -127,6 +131,7 @@ std::span<const std::pair<int32_t, float>> Sampler::Probabilities(std::span<cons
 float Sampler::Uniform() { return std::uniform_real_distribution<float>(0.0f, 1.0f)(rng_); }
 
 int32_t Draw(std::span<const std::pair<int32_t, float>> dist, double u) {
+  Check(!dist.empty(), "Draw: empty distribution");
   double acc = 0.0;
   for (const auto& [tok, w] : dist) {
     acc += w;
@@ -135,9 +140,27 @@ int32_t Draw(std::span<const std::pair<int32_t, float>> dist, double u) {
   return dist.back().first;
 }
 
+void FailNoTokenAllowed() {
+  throw RequestError(
+      "no token is allowed at this point of the answer: the request's logit_bias, its grammar / "
+      "response format and the decoding mode's own exclusions (diffusion never emits the mask "
+      "token) together exclude every token");
+}
+
+void RequireAllowed(std::span<const float> logits, int32_t token) {
+  if (logits[static_cast<size_t>(token)] == -std::numeric_limits<float>::infinity())
+    FailNoTokenAllowed();
+}
+
 int32_t Sampler::Sample(std::span<const float> logits) {
-  if (params_.greedy()) return ArgMax(logits);
-  return Draw(Probabilities(logits), Uniform());
+  if (params_.greedy()) {
+    const int32_t top = ArgMax(logits);
+    RequireAllowed(logits, top);
+    return top;
+  }
+  const auto dist = Probabilities(logits);
+  if (dist.empty()) FailNoTokenAllowed();
+  return Draw(dist, Uniform());
 }
 
 }  // namespace crossword::decode

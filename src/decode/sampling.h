@@ -71,12 +71,14 @@ class Sampler {
   static int32_t ArgMax(std::span<const float> logits, int32_t exclude = -1);
 
   /// Chooses a token from already-penalized logits: argmax when greedy, else a draw from the
-  /// distribution after temperature, top-k, top-p and min-p (Probabilities()).
+  /// distribution after temperature, top-k, top-p and min-p (Probabilities()). Throws
+  /// RequestError when no logit is finite (the request's biases and grammar exclude every token).
   int32_t Sample(std::span<const float> logits);
 
   /// The distribution Sample draws from, as (token, probability) pairs with probability > 0,
-  /// sorted by descending probability. Greedy gives the single argmax with probability 1.
-  /// Used by speculative sampling. Reuses an internal buffer; the span lives until the next call.
+  /// sorted by descending probability. Greedy gives the single argmax with probability 1. Empty
+  /// when no logit is finite (every token excluded). Used by speculative sampling. Reuses an
+  /// internal buffer; the span lives until the next call.
   std::span<const std::pair<int32_t, float>> Probabilities(std::span<const float> logits);
 
   /// Uniform draw in [0, 1) from the sampler's generator (speculative acceptance tests).
@@ -89,6 +91,14 @@ class Sampler {
   std::vector<std::pair<int32_t, float>> cand_;
 };
 
+/// Throws RequestError unless `logits[token]` is finite or NaN: a choice among logits that are
+/// all -inf means the request's logit_bias, grammar and the mode's own exclusions (the mask
+/// token) left no token at this position. (ArgMax answers such a row with some index.)
+void RequireAllowed(std::span<const float> logits, int32_t token);
+
+/// Throws the RequestError of RequireAllowed (no token is allowed at this position).
+[[noreturn]] void FailNoTokenAllowed();
+
 /// Softmax probability of `token` in `logits` (full vocabulary, max-subtracted;
 /// kernels::SoftmaxProb: exp in float, the sum in double; 1.6 us per 4,096-wide row, 18 us with a
 /// double exp each).
@@ -96,7 +106,7 @@ float SoftmaxProb(std::span<const float> logits, int32_t token);
 
 /// The categorical draw every sampled choice uses: the token of the first entry of `dist` whose
 /// cumulative weight exceeds `u`, for `u` uniform in [0, total weight) (weights need not sum to
-/// 1); the last entry when rounding leaves `u` past the total. `dist` must not be empty.
+/// 1); the last entry when rounding leaves `u` past the total. Throws Error on an empty `dist`.
 int32_t Draw(std::span<const std::pair<int32_t, float>> dist, double u);
 
 }  // namespace crossword::decode

@@ -328,6 +328,9 @@ bool Scheduler::Step() {
     }
     try {
       decode::DeliverLogits(*s.gen, *ctx_, static_cast<int>(i));
+    } catch (const RequestError& e) {
+      Finish(s, e.what(), /*client_error=*/true);
+      continue;
     } catch (const std::exception& e) {
       Finish(s, e.what());
       continue;
@@ -397,13 +400,14 @@ void Scheduler::PublishKvUse() {
   }
 }
 
-void Scheduler::Finish(Slot& slot, const std::string& error) {
+void Scheduler::Finish(Slot& slot, const std::string& error, bool client_error) {
   RequestOutcome o;
   Pending& p = *slot.active;
   o.slot = slot.index;
   o.prompt_tokens = slot.prompt_size();
   o.cached_tokens = slot.cached;
   o.error = error;
+  o.client_error = !error.empty() && client_error;
   const auto now = Clock::now();
   o.queue_seconds = Seconds(p.submitted, slot.admitted);
   o.prefill_seconds = slot.prefill_seconds;

@@ -52,7 +52,8 @@ struct RequestOutcome {
   double prefill_seconds = 0;   ///< from getting a slot to the first token's logits
   double total_seconds = 0;     ///< from Submit to the end
   int slot = -1;
-  std::string error;  ///< non-empty: the request failed inside the engine
+  std::string error;          ///< non-empty: the request failed inside the engine
+  bool client_error = false;  ///< `error` came from the request itself (crossword::RequestError)
 };
 
 /// One request for the scheduler. The callbacks run on the scheduler thread and must be quick;
@@ -158,7 +159,7 @@ class Scheduler {
   void Admit(std::unique_ptr<Pending> p, Slot& slot);
   int ChooseSlot(const ScheduledRequest& request) const;
   bool Step();
-  void Finish(Slot& slot, const std::string& error);
+  void Finish(Slot& slot, const std::string& error, bool client_error = false);
   void StartGeneration(Slot& slot);
   void PublishKvUse();  // scheduler thread: recomputes metrics_.kv_tokens_used and the slots
 

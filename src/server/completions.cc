@@ -37,6 +37,13 @@ std::shared_ptr<const grammar::CompiledGrammar> CompileFor(const engine::Engine&
   }
 }
 
+// The error of a generation that failed in the engine: a 400 when the request caused it (its
+// logit_bias and grammar left no token somewhere), else a 500.
+ApiError GenerationError(const engine::RequestOutcome& o) {
+  if (o.client_error) return ApiError(400, "invalid_request_error", "", o.error);
+  return ApiError(500, "server_error", "", "generation failed: " + o.error);
+}
+
 // Sum of accepted drafts over a spec generation's rounds.
 int64_t AcceptedDrafts(const decode::DecodeStats& s) {
   int64_t n = 0;
@@ -320,6 +327,7 @@ std::shared_ptr<engine::RequestHandle> Server::Impl::SubmitPart(
           o.finish == decode::FinishReason::kNone ? decode::FinishReason::kLength : o.finish;
       merged.stats = o.stats;
       merged.error = o.error;
+      merged.client_error = o.client_error;
       merged.total_seconds = std::chrono::duration<double>(Clock::now() - ex->submitted).count();
     }
     request_metrics.OnRequestDone(merged, ex->first_token_at);  // once per client request
@@ -494,7 +502,7 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
       std::lock_guard lk(ex.mu);
       if (!ex.outcome.error.empty()) {
         SetLogExtra(req, log_line(ex, "failed"));
-        throw ApiError(500, "server_error", "", "generation failed: " + ex.outcome.error);
+        throw GenerationError(ex.outcome);
       }
       std::vector<json> all_lps;
       for (auto& t : ex.delta_tokens) {
@@ -601,8 +609,7 @@ void Server::Impl::Generate(const http::Request& req, http::Response& res, Gener
           Exchange& ex = *exs[c];
           std::lock_guard lk(ex.mu);
           if (!ex.outcome.error.empty()) {
-            tail += writers[c]->StreamError(
-                ApiError(500, "server_error", "", "generation failed: " + ex.outcome.error));
+            tail += writers[c]->StreamError(GenerationError(ex.outcome));
             SetLogExtra(req, log_line(ex, "failed"));
             break;
           }

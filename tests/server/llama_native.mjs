@@ -94,21 +94,45 @@ check("logit_bias: [[id, false]] bans a token, {id: -100} too, [[text, bias]] by
   assert.equal((await post(base, "/completion", { prompt, logit_bias: [[1]] })).status, 400);
 });
 
-check("logit_bias banning every token: 400; banning all but the mask token, diffusion still ends", async () => {
+check("logit_bias banning every token: 400; all but the mask token: ar and spec emit it, diffusion 400s", async () => {
   // The embedded model: 4,096 tokens, the mask token 4095 (tokenizer.ggml.mask_token_id).
   const all = Array.from({ length: 4096 }, (_, i) => [i, false]);
   const r = await post(base, "/completion", { prompt, n_predict: 4, logit_bias: all });
   assert.equal(r.status, 400, JSON.stringify(r.body));
   assert.match(JSON.stringify(r.body), /logit_bias/);
   // The full ban used to hang a diffusion request (each row all -inf: a confidence of NaN, so no
-  // slot ever committed). With all but the mask token banned, a diffusion pass's candidates (never
-  // the mask token) are all banned and their confidence is 0: the most confident slot commits
-  // anyway and every mode ends.
+  // slot ever committed). With all but the mask token banned, ar (and spec, identical to it) can
+  // only emit the mask token; diffusion never emits it, so no token is left: a 400 saying so.
+  const outs = {};
   for (const mode of ["diffusion", "spec", "ar"]) {
     const t0 = Date.now();
-    const d = await post(base, "/completion", { prompt, n_predict: 8, logit_bias: all.slice(0, 4095), crossword: { mode } });
-    assert.equal(d.status, 200, `${mode}: ${JSON.stringify(d.body)}`);
+    const d = await post(base, "/completion", {
+      prompt, n_predict: 8, return_tokens: true, logit_bias: all.slice(0, 4095), crossword: { mode },
+    });
     assert.ok(Date.now() - t0 < 20000, `${mode} took ${Date.now() - t0} ms`);
+    if (mode === "diffusion") {
+      assert.equal(d.status, 400, `${mode}: ${JSON.stringify(d.body)}`);
+      assert.match(JSON.stringify(d.body), /no token is allowed/);
+    } else {
+      assert.equal(d.status, 200, `${mode}: ${JSON.stringify(d.body)}`);
+      assert.ok(d.body.tokens.length > 0 && d.body.tokens.every((t) => t === 4095), JSON.stringify(d.body.tokens));
+      outs[mode] = d.body.tokens;
+    }
+  }
+  assert.deepEqual(outs.spec, outs.ar);
+  assert.equal((await get(base, "/health")).status, 200);
+});
+
+check("a grammar whose tokens logit_bias bans: 400 in every mode, greedy and sampled (was a 500)", async () => {
+  const all = Array.from({ length: 4095 }, (_, i) => [i, false]);
+  for (const mode of ["ar", "spec", "diffusion"]) {
+    for (const temperature of [0, 1]) {
+      const d = await post(base, "/completion", {
+        prompt, n_predict: 8, temperature, grammar: "root ::= [a-z]+", logit_bias: all, crossword: { mode },
+      });
+      assert.equal(d.status, 400, `${mode} t=${temperature}: ${JSON.stringify(d.body)}`);
+      assert.match(JSON.stringify(d.body), /no token is allowed/);
+    }
   }
   assert.equal((await get(base, "/health")).status, 200);
 });
