@@ -432,7 +432,7 @@ void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool& pool) {
   ref::CheckConv1dArgs(args);
   constexpr int64_t kPerTask = 512;
   const int64_t n_tasks = (args.C + kPerTask - 1) / kPerTask;
-  pool.ParallelFor(n_tasks, [&](int64_t task, int) {
+  pool.ParallelFor(n_tasks, args.T * args.C * args.K, [&](int64_t task, int) {
     const int64_t c0 = task * kPerTask;
     HWY_DYNAMIC_DISPATCH(Conv1dChannels)(args, c0, std::min(args.C, c0 + kPerTask));
   });
