@@ -91,5 +91,10 @@ if grep -q "tokens/s, ETA" "$dir/notty"; then
   echo "FAIL: run drew progress on a non-terminal stderr"
   fail=1
 fi
+# Integer flags read leading zeros as decimal, as llama.cpp's std::stoi (CLI11 alone read -n 010
+# as octal 8 and refused -n 08).
+expect 0 "\| tg10 " bench -p 0 -n 010 -r 1
+expect 0 "\| tg8 " bench -p 0 -n 08 -r 1
+expect 0 "\| pp9 " bench -p 009 -n 0 -r 1
 [[ $fail -eq 0 ]] && echo "cli_edges_test: all cases passed"
 exit $fail

@@ -121,6 +121,26 @@ bool IsMultiLetterShort(std::string_view name) {
 
 }  // namespace
 
+void ReadIntegersAsDecimal(CLI::App& app) {
+  // "-010" -> "-10", "00" -> "0"; anything but an optional sign and decimal digits (hex, words,
+  // a fraction) is left for the option's own conversion and checks.
+  auto decimal = [](std::string v) {
+    const size_t sign = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+    if (v.size() <= sign + 1 || v[sign] != '0') return v;
+    for (size_t i = sign; i < v.size(); ++i) {
+      if (v[i] < '0' || v[i] > '9') return v;
+    }
+    const size_t first = v.find_first_not_of('0', sign);
+    return v.substr(0, sign) + (first == std::string::npos ? "0" : v.substr(first));
+  };
+  for (CLI::Option* o : app.get_options()) {
+    const std::string type = o->get_type_name();
+    if (type == "INT" || type == "UINT") o->transform(decimal);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    ReadIntegersAsDecimal(*sub);
+}
+
 std::vector<std::string> NormalizeLlamaArgs(const CLI::App& app, std::vector<std::string> args) {
   const CLI::App* cur = &app;
   for (size_t i = 0; i < args.size(); ++i) {

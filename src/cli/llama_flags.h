@@ -23,6 +23,11 @@ namespace crossword::cli {
 /// read as bundled one-letter flags.
 std::vector<std::string> NormalizeLlamaArgs(const CLI::App& app, std::vector<std::string> args);
 
+/// Makes every integer option of `app` and its subcommands (CLI11 type name INT or UINT) read a
+/// value with leading zeros as decimal, as llama.cpp's std::stoi does: CLI11 2.1 reads `-c 010` as
+/// octal 8 and refuses `-n 08`. Call after every option is registered.
+void ReadIntegersAsDecimal(CLI::App& app);
+
 /// Registers on `cmd` the llama.cpp flags of `command` that are accepted without effect: given,
 /// each adds one line to `notes` (or none where crossword always does what the flag asks, e.g.
 /// --jinja, --metrics, --cont-batching).

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   crossword::chat::RegisterChatCommands(app, crossword::engine::EmbeddedModel());
   crossword::tools::RegisterGgufCommands(app);
   crossword::cli::RegisterServeCommand(app);
+  crossword::cli::ReadIntegersAsDecimal(app);
 
   // CLI11 reports an unknown command as a missing one; name it and list the real ones.
   if (argc > 1 && argv[1][0] != '-') {

@@ -389,6 +389,10 @@ void Scheduler::PublishKvUse() {
     st.block_size = p.block_size;
     st.threshold = p.threshold;
     st.draft_max = p.draft_max;
+    st.draft_auto = p.draft_auto;
+    st.draft_p_min = p.draft_p_min;
+    st.draft_expert_budget = p.draft_expert_budget;
+    st.verify_chunk = p.verify_chunk;
     st.n_prompt = s->prompt_size();
     st.max_tokens = p.max_tokens;
     if (s->gen) {

@@ -97,10 +97,15 @@ struct SlotState {
   bool busy = false;
   uint64_t request = 0;     ///< the active request's id (0: none)
   bool generating = false;  ///< past prefill
+  /// The active request's decoding settings (DecodeParams' fields of the same names).
   decode::Mode mode = decode::Mode::kAr;
   int block_size = 0;
   float threshold = 0;
   int draft_max = 0;
+  bool draft_auto = false;
+  float draft_p_min = 0;
+  bool draft_expert_budget = false;
+  int verify_chunk = 0;
   int64_t n_prompt = 0;   ///< prompt tokens of the active request
   int64_t n_past = 0;     ///< context tokens held
   int64_t n_decoded = 0;  ///< tokens emitted so far

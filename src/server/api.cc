@@ -265,8 +265,13 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
   if (const json* v = Field(obj, "block_size"))
     p.block_size = static_cast<int>(Integer(*v, prefix + "block_size", 2, 256));
   if (const json* v = Field(obj, "threshold")) {
-    const double t = Number(*v, prefix + "threshold", 0.0, 1.0);
-    if (t <= 0.0) BadRequest(prefix + "threshold", "'" + prefix + "threshold' must be in (0, 1]");
+    // One message for both ends of (0, 1] (Number's own range text would read "[0, 1]").
+    const double t = Number(*v, prefix + "threshold", -std::numeric_limits<double>::max(),
+                            std::numeric_limits<double>::max());
+    if (!(t > 0.0 && t <= 1.0)) {
+      BadRequest(prefix + "threshold",
+                 fmt::format("'{}threshold' must be in (0, 1] (got {})", prefix, t));
+    }
     p.threshold = static_cast<float>(t);
   }
   if (const json* v = Field(obj, "draft_max")) {

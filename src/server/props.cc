@@ -29,12 +29,17 @@ json ParamsJson(const decode::DecodeParams& p) {
 
 namespace {
 
-// crossword's decoding fields of a slot or of the defaults.
-json DecodingJson(decode::Mode mode, int block_size, float threshold, int draft_max) {
-  return {{"mode", decode::ModeName(mode)},
-          {"block_size", block_size},
-          {"threshold", threshold},
-          {"draft_max", draft_max}};
+// crossword's decoding fields of a slot or of the defaults, named and valued as a request's
+// "crossword" object takes them ("auto" for the adaptive draft length and verify chunk).
+json DecodingJson(const decode::DecodeParams& p) {
+  return {{"mode", decode::ModeName(p.mode)},
+          {"block_size", p.block_size},
+          {"threshold", p.threshold},
+          {"draft_max", p.draft_auto ? json("auto") : json(p.draft_max)},
+          {"draft_p_min", p.draft_p_min},
+          {"draft_expert_budget", p.draft_expert_budget},
+          {"verify_chunk",
+           p.verify_chunk == decode::kVerifyChunkAuto ? json("auto") : json(p.verify_chunk)}};
 }
 
 // The settings a request that names none gets: its token limit is serve's -n, and -1 (the rest of
@@ -64,7 +69,7 @@ void Server::Impl::HandleProps(const http::Request&, http::Response& res) {
               {"speculative", p.mode == decode::Mode::kSpec},
               {"is_processing", false},
               {"params", DefaultParamsJson(defaults)},
-              {"crossword", DecodingJson(p.mode, p.block_size, p.threshold, p.draft_max)}};
+              {"crossword", DecodingJson(p)}};
   std::string tmpl;
   if (auto src = engine->model().file().GetString("tokenizer.chat_template")) tmpl = *src;
   json props = {{"default_generation_settings", dgs},
@@ -105,9 +110,13 @@ void Server::Impl::HandleSlots(const http::Request& req, http::Response& res) {
       p.block_size = s.block_size;
       p.threshold = s.threshold;
       p.draft_max = s.draft_max;
+      p.draft_auto = s.draft_auto;
+      p.draft_p_min = s.draft_p_min;
+      p.draft_expert_budget = s.draft_expert_budget;
+      p.verify_chunk = s.verify_chunk;
       p.max_tokens = s.max_tokens;
     }
-    json cw = DecodingJson(p.mode, p.block_size, p.threshold, p.draft_max);
+    json cw = DecodingJson(p);
     cw["tokens_per_pass"] = s.tokens_per_pass;
     cw["passes"] = s.passes;
     cw["n_past"] = s.n_past;

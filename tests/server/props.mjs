@@ -22,6 +22,10 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
   assert.ok(Array.isArray(d.params.samplers));
   assert.equal(d.crossword.mode, "diffusion");
   assert.equal(d.crossword.threshold.toFixed(2), "0.90");
+  // The spec settings, valued as a request's "crossword" object takes them.
+  assert.equal(d.crossword.verify_chunk, "auto");
+  assert.equal(typeof d.crossword.draft_p_min, "number");
+  assert.equal(d.crossword.draft_expert_budget, false);
   assert.equal(typeof body.chat_template, "string");
   assert.ok(body.chat_template.includes("im_start"), "the model's chat template");
   assert.equal(typeof body.eos_token, "string");
@@ -67,6 +71,30 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
   assert.ok(busy.next_token.n_decoded > 0);
   assert.ok(busy.id_task > 0);
   assert.equal(r.body.filter((s) => s.is_processing).length, 1);
+
+  // A spec request's own spec settings show on its busy slot.
+  const ctl2 = new AbortController();
+  const req2 = fetch(srv.base + "/v1/chat/completions", {
+    method: "POST", signal: ctl2.signal, headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      messages: [{ role: "user", content: "Tell me a long story." }], max_tokens: 600, ignore_eos: true, stream: true,
+      crossword: { mode: "spec", draft_max: "auto", verify_chunk: 4, draft_p_min: 0.25, draft_expert_budget: true },
+    }),
+  }).then((x) => x.text()).catch(() => "");
+  let spec = null;
+  for (let i = 0; i < 400 && !spec; i++) {
+    r = await get(srv.base, "/slots");
+    spec = r.body.find((s) => s.is_processing && s.crossword.passes > 2) ?? null;
+    if (!spec) await sleep(25);
+  }
+  ctl2.abort();
+  await req2;
+  assert.ok(spec, "a spec slot was seen busy: " + JSON.stringify(r.body));
+  assert.equal(spec.crossword.mode, "spec");
+  assert.equal(spec.crossword.draft_max, "auto");
+  assert.equal(spec.crossword.verify_chunk, 4);
+  assert.equal(spec.crossword.draft_p_min.toFixed(2), "0.25");
+  assert.equal(spec.crossword.draft_expert_budget, true);
 });
 
 check("--no-slots: /slots is a 501; /props says so; both need the key", async () => {
