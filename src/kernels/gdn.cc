@@ -80,6 +80,78 @@ HWY_INLINE void ScaleAxpy(float* HWY_RESTRICT y, float s, float a, const float* 
   for (; i < n; ++i) y[i] = y[i] * s + a * x[i];
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// The row loop for short rows (dk = V * lanes, V <= 2; the embedded model's dk = 32 on AVX-512),
+// `lanes` rows at a time. RowsFixed finishes both dot products of every row with a horizontal
+// reduction (log2(lanes) dependent shuffle-and-add steps each), which is most of its work when a
+// row is one or two vectors. Here each row's products stay vectors until the group is complete;
+// one transpose-and-add tree (ConcatEven + ConcatOdd + Add per pair of vectors, lanes - 1 pairs
+// per tree) then leaves lane r holding row r's sum, in row order, so d and o are computed for the
+// whole group at once and the rows are updated from L1 (the state of a small head, dk dv floats,
+// stays there). Requires dv % lanes == 0. The same code runs for every T, so a pass of T rows
+// keeps the AR step's bits.
+template <int V>
+HWY_INLINE void RowsBlocked(float* HWY_RESTRICT S, const float* HWY_RESTRICT q,
+                            const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, float* o,
+                            int64_t dv, float decay, float beta, float kq, float scale) {
+  static_assert(V == 1 || V == 2);
+  const DF d;
+  constexpr int kN = static_cast<int>(HWY_LANES(float));
+  static_assert(kN >= 2 && (kN & (kN - 1)) == 0);
+  hn::Vec<DF> kv[V], qv[V];
+  HWY_UNROLL(2) for (int i = 0; i < V; ++i) {
+    kv[i] = hn::LoadU(d, k + i * kN);
+    qv[i] = hn::LoadU(d, q + i * kN);
+  }
+  const auto vdecay = hn::Set(d, decay), vbeta = hn::Set(d, beta);
+  const auto vkq = hn::Set(d, kq), vscale = hn::Set(d, scale);
+  alignas(64) float dj[kN];
+  for (int64_t j0 = 0; j0 < dv; j0 += kN) {
+    float* rows = S + j0 * V * kN;
+    // Pairs of vectors (a, b) -> one: lanes [0, kN/2) sum adjacent lanes of a, the rest those of
+    // b. Rows are paired as they are read, so at most kN/2 vectors per sum are live.
+    auto pair_sum = [&](hn::Vec<DF> a, hn::Vec<DF> b) {
+      return hn::Add(hn::ConcatEven(d, b, a), hn::ConcatOdd(d, b, a));
+    };
+    hn::Vec<DF> sk[kN / 2], sq[kN / 2];
+    HWY_UNROLL(8) for (int r = 0; r < kN; r += 2) {
+      hn::Vec<DF> pk[2], pq[2];
+      HWY_UNROLL(2) for (int h = 0; h < 2; ++h) {
+        const float* row = rows + (r + h) * V * kN;
+        const auto r0 = hn::LoadU(d, row);
+        pk[h] = hn::Mul(r0, kv[0]);
+        pq[h] = hn::Mul(r0, qv[0]);
+        if constexpr (V == 2) {
+          const auto r1 = hn::LoadU(d, row + kN);
+          pk[h] = hn::MulAdd(r1, kv[1], pk[h]);
+          pq[h] = hn::MulAdd(r1, qv[1], pq[h]);
+        }
+      }
+      sk[r / 2] = pair_sum(pk[0], pk[1]);
+      sq[r / 2] = pair_sum(pq[0], pq[1]);
+    }
+    HWY_UNROLL(4) for (int m = kN / 2; m > 1; m /= 2) {
+      HWY_UNROLL(4) for (int p = 0; p < m / 2; ++p) {
+        sk[p] = pair_sum(sk[2 * p], sk[2 * p + 1]);
+        sq[p] = pair_sum(sq[2 * p], sq[2 * p + 1]);
+      }
+    }
+    // d = (v - decay * S.k) * beta;  o = scale * (decay * S.q + d * k.q)
+    const auto vd = hn::Mul(hn::NegMulAdd(vdecay, sk[0], hn::LoadU(d, v + j0)), vbeta);
+    hn::StoreU(hn::Mul(vscale, hn::MulAdd(vd, vkq, hn::Mul(vdecay, sq[0]))), d, o + j0);
+    hn::Store(vd, d, dj);
+    HWY_UNROLL(16) for (int r = 0; r < kN; ++r) {
+      float* row = rows + r * V * kN;
+      const auto vdj = hn::Set(d, dj[r]);
+      HWY_UNROLL(2) for (int i = 0; i < V; ++i) {
+        hn::StoreU(hn::MulAdd(kv[i], vdj, hn::Mul(hn::LoadU(d, row + i * kN), vdecay)), d,
+                   row + i * kN);
+      }
+    }
+  }
+}
+#endif
+
 // Tokens [t0, t1) of v-head hv, token by token, on the [dv][dk] state. Per token and value row
 // j: a = S_j.k, b = S_j.q (old state); d = (v_j - decay*a) * beta; S_j = decay*S_j + d*k;
 // o_j = scale * (decay*b + d * k.q)  — the update written out once per row.
@@ -140,6 +212,12 @@ void RecurrentHead(const GdnArgs& a, int hv, int64_t t0, int64_t t1, float scale
       RowsFixed<8>(S, q, k, v, o, dv, decay, beta, kq, scale);
     } else if (dk == 4 * N) {
       RowsFixed<4>(S, q, k, v, o, dv, decay, beta, kq, scale);
+#if HWY_TARGET != HWY_SCALAR
+    } else if (dk == 2 * N && dv % N == 0) {
+      RowsBlocked<2>(S, q, k, v, o, dv, decay, beta, kq, scale);
+    } else if (dk == N && dv % N == 0) {
+      RowsBlocked<1>(S, q, k, v, o, dv, decay, beta, kq, scale);
+#endif
     } else {
       for (int64_t j = 0; j < dv; ++j) {
         float* row = S + j * dk;

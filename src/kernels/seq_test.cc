@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -160,9 +162,18 @@ struct GdnData {
 TEST(GatedDeltaRule, RecurrentAndChunkedMatchTwinOnEveryTarget) {
   TargetGuard guard;
   ThreadPool pool(2);
-  for (const auto& [T, dk] :
-       {std::pair<int64_t, int64_t>{1, 128}, {5, 128}, {150, 128}, {70, 40}}) {
-    const GdnData d(T, 2, 4, dk, dk, static_cast<uint32_t>(T + dk));
+  // Head sizes reach every row loop on some target: 128 (8 or 4 vectors per row, or the
+  // generic loop), 40 (generic), 32 and 16 (the short-row blocked loop on AVX-512 and AVX2),
+  // and dv != dk (64 value rows of 32).
+  for (const auto& [T, dk, dv] : {std::tuple<int64_t, int64_t, int64_t>{1, 128, 128},
+                                  {5, 128, 128},
+                                  {150, 128, 128},
+                                  {70, 40, 40},
+                                  {1, 32, 32},
+                                  {33, 32, 32},
+                                  {9, 16, 16},
+                                  {12, 32, 64}}) {
+    const GdnData d(T, 2, 4, dk, dv, static_cast<uint32_t>(T + dk + dv));
     std::vector<float> want_out(T * d.nv * d.dv), want_state = d.state;
     std::vector<float> want_snap(3 * d.nv * d.dv * d.dk, 0.0f);
     GdnArgs ra = d.Args(want_state.data(), want_out.data(), 0, T);
@@ -172,8 +183,9 @@ TEST(GatedDeltaRule, RecurrentAndChunkedMatchTwinOnEveryTarget) {
     for (int64_t target : AvailableTargets()) {
       ForceTargetForTest(target);
       for (GdnMode mode : {GdnMode::kRecurrent, GdnMode::kChunked}) {
-        SCOPED_TRACE(testing::Message() << TargetName(target) << " T " << T << " dk " << dk
-                                        << (mode == GdnMode::kChunked ? " chunked" : " recurrent"));
+        SCOPED_TRACE(testing::Message()
+                     << TargetName(target) << " T " << T << " dk " << dk << " dv " << dv
+                     << (mode == GdnMode::kChunked ? " chunked" : " recurrent"));
         std::vector<float> out(want_out.size()), state = d.state;
         std::vector<float> snap(want_snap.size(), 0.0f);
         GdnArgs a = d.Args(state.data(), out.data(), 0, T);
@@ -188,6 +200,34 @@ TEST(GatedDeltaRule, RecurrentAndChunkedMatchTwinOnEveryTarget) {
         EXPECT_LT(MaxAbsDiff(state, want_state), tol);
         EXPECT_LT(MaxAbsDiff(snap, want_snap), tol);
       }
+    }
+  }
+}
+
+// A pass of T tokens gives each token the bits of T one-token calls (the AR step), on every
+// target and head size: spec's verify rows then equal AR's logits exactly, not only within
+// rounding (docs/decoding.md: spec is bit-identical to ar).
+TEST(GatedDeltaRule, RecurrentFormIsBatchInvariant) {
+  TargetGuard guard;
+  ThreadPool pool(2);
+  const int64_t T = 17;
+  for (const auto& [dk, dv] :
+       {std::pair<int64_t, int64_t>{128, 128}, {32, 32}, {16, 16}, {32, 64}, {40, 40}}) {
+    const GdnData d(T, 2, 4, dk, dv, static_cast<uint32_t>(dk + 7 * dv));
+    for (int64_t target : AvailableTargets()) {
+      ForceTargetForTest(target);
+      SCOPED_TRACE(testing::Message() << TargetName(target) << " dk " << dk << " dv " << dv);
+      std::vector<float> out1(T * d.nv * d.dv), out2(out1.size()), s1 = d.state, s2 = d.state;
+      GdnArgs whole = d.Args(s1.data(), out1.data(), 0, T);
+      whole.mode = GdnMode::kRecurrent;
+      GatedDeltaRule(whole, pool);
+      for (int64_t t = 0; t < T; ++t) {
+        GdnArgs one = d.Args(s2.data(), out2.data(), t, 1);
+        one.mode = GdnMode::kRecurrent;
+        GatedDeltaRule(one, pool);
+      }
+      EXPECT_EQ(out1, out2);
+      EXPECT_EQ(s1, s2);
     }
   }
 }
