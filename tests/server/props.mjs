@@ -35,7 +35,7 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
 });
 
 check("/slots: idle slots, then a busy one with its decoding mode and tokens per pass", async () => {
-  let r = await get(srv.base, "/slots");
+  const r = await get(srv.base, "/slots");
   for (const s of r.body) assert.equal(s.params.n_predict, -1, "an idle slot shows the default limit");
   assert.equal(r.status, 200);
   assert.equal(r.body.length, 2);
@@ -45,24 +45,30 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
     assert.equal(s.n_ctx, 1024);
     assert.equal(s.id_task, -1);
   }
+  // Runs a long streamed chat request with these decoding settings until /slots shows its slot
+  // busy past its second pass; returns that slot (null if never seen) and the last /slots body.
+  const busySlotOf = async (crossword) => {
+    const ctl = new AbortController();
+    const req = fetch(srv.base + "/v1/chat/completions", {
+      method: "POST", signal: ctl.signal, headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        messages: [{ role: "user", content: "Tell me a long story." }], max_tokens: 600, ignore_eos: true, stream: true,
+        crossword,
+      }),
+    }).then((x) => x.text()).catch(() => "");
+    let slot = null, seen = null;
+    for (let i = 0; i < 400 && !slot; i++) {
+      seen = await get(srv.base, "/slots");
+      slot = seen.body.find((s) => s.is_processing && s.crossword.passes > 2) ?? null;
+      if (!slot) await sleep(25);
+    }
+    ctl.abort();
+    await req;
+    return { slot, seen };
+  };
   // A long diffusion answer with a block size the server does not default to.
-  const ctl = new AbortController();
-  const req = fetch(srv.base + "/v1/chat/completions", {
-    method: "POST", signal: ctl.signal, headers: { "content-type": "application/json" },
-    body: JSON.stringify({
-      messages: [{ role: "user", content: "Tell me a long story." }], max_tokens: 600, ignore_eos: true, stream: true,
-      crossword: { mode: "diffusion", block_size: 16, threshold: 0.8 },
-    }),
-  }).then((x) => x.text()).catch(() => "");
-  let busy = null;
-  for (let i = 0; i < 400 && !busy; i++) {
-    r = await get(srv.base, "/slots");
-    busy = r.body.find((s) => s.is_processing && s.crossword.passes > 2) ?? null;
-    if (!busy) await sleep(25);
-  }
-  ctl.abort();
-  await req;
-  assert.ok(busy, "a slot was seen busy: " + JSON.stringify(r.body));
+  const { slot: busy, seen } = await busySlotOf({ mode: "diffusion", block_size: 16, threshold: 0.8 });
+  assert.ok(busy, "a slot was seen busy: " + JSON.stringify(seen.body));
   assert.equal(busy.crossword.mode, "diffusion");
   assert.equal(busy.crossword.block_size, 16);
   assert.equal(busy.crossword.threshold.toFixed(2), "0.80");
@@ -70,26 +76,12 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
   assert.ok(busy.crossword.tokens_per_pass > 0);
   assert.ok(busy.next_token.n_decoded > 0);
   assert.ok(busy.id_task > 0);
-  assert.equal(r.body.filter((s) => s.is_processing).length, 1);
+  assert.equal(seen.body.filter((s) => s.is_processing).length, 1);
 
   // A spec request's own spec settings show on its busy slot.
-  const ctl2 = new AbortController();
-  const req2 = fetch(srv.base + "/v1/chat/completions", {
-    method: "POST", signal: ctl2.signal, headers: { "content-type": "application/json" },
-    body: JSON.stringify({
-      messages: [{ role: "user", content: "Tell me a long story." }], max_tokens: 600, ignore_eos: true, stream: true,
-      crossword: { mode: "spec", draft_max: "auto", verify_chunk: 4, draft_p_min: 0.25, draft_expert_budget: true },
-    }),
-  }).then((x) => x.text()).catch(() => "");
-  let spec = null;
-  for (let i = 0; i < 400 && !spec; i++) {
-    r = await get(srv.base, "/slots");
-    spec = r.body.find((s) => s.is_processing && s.crossword.passes > 2) ?? null;
-    if (!spec) await sleep(25);
-  }
-  ctl2.abort();
-  await req2;
-  assert.ok(spec, "a spec slot was seen busy: " + JSON.stringify(r.body));
+  const { slot: spec, seen: seen2 } = await busySlotOf(
+    { mode: "spec", draft_max: "auto", verify_chunk: 4, draft_p_min: 0.25, draft_expert_budget: true });
+  assert.ok(spec, "a spec slot was seen busy: " + JSON.stringify(seen2.body));
   assert.equal(spec.crossword.mode, "spec");
   assert.equal(spec.crossword.draft_max, "auto");
   assert.equal(spec.crossword.verify_chunk, 4);
