@@ -449,6 +449,12 @@ class Compiler {
     while (!stack.empty()) {
       const uint32_t s = stack.back();
       stack.pop_back();
+      if (++closure_steps_ > limits_.max_closure_steps) {
+        FailGrammar(ErrorKind::kTooLarge,
+                    "grammar: determinizing it takes more than {} steps (nested repetitions?); "
+                    "use smaller repetition counts",
+                    limits_.max_closure_steps);
+      }
       if (mark_[s] == closure_stamp_) continue;
       mark_[s] = closure_stamp_;
       set.push_back(s);
@@ -520,10 +526,19 @@ class Compiler {
                 set.end());
       auto [it, added] = index.try_emplace(set, static_cast<uint32_t>(dfa_.size()));
       if (added) {
-        if (dfa_.size() >= limits_.max_dfa_states) {
+        if (dfa_.size() >= limits_.max_dfa_states ||
+            (dfa_.size() + 1) * n_classes_ > 2 * kMaxTableEntries) {
           FailGrammar(ErrorKind::kTooLarge,
                       "grammar: more than {} automaton states (rule '{}'); simplify the grammar",
-                      limits_.max_dfa_states, g_.rules[rule].name);
+                      std::min<size_t>(limits_.max_dfa_states, 2 * kMaxTableEntries / n_classes_),
+                      g_.rules[rule].name);
+        }
+        dfa_set_states_ += set.size();
+        if (dfa_set_states_ > limits_.max_dfa_set_states) {
+          FailGrammar(ErrorKind::kTooLarge,
+                      "grammar: its automaton holds more than {} states while determinizing (rule "
+                      "'{}'; nested repetitions?); use smaller repetition counts",
+                      limits_.max_dfa_set_states, g_.rules[rule].name);
         }
         DState d;
         d.rule = rule;
@@ -720,6 +735,8 @@ class Compiler {
   size_t nfa_total_ = 0;
   std::vector<uint32_t> eps_begin_, eps_to_, lab_begin_, mark_, scratch_;
   uint32_t closure_stamp_ = 0;
+  uint64_t closure_steps_ = 0;  // over all rules (GrammarLimits::max_closure_steps)
+  size_t dfa_set_states_ = 0;   // over all rules (GrammarLimits::max_dfa_set_states)
   std::vector<DState> dfa_;
   std::vector<uint32_t> rule_start_;
 };

@@ -114,6 +114,12 @@ struct GrammarLimits {
   /// (DFA), summed over all rules.
   size_t max_nfa_states = 2'000'000;
   size_t max_dfa_states = 500'000;
+  /// Determinizing's memory and time: NFA states held by all DFA states' sets, and NFA states
+  /// visited by all epsilon closures. Nested bounded repetitions such as
+  /// ((x{0,100}){0,100}){0,100} stay under the state limits above but make every set and closure
+  /// ~10^6 states long (21 GB and minutes before these bounds).
+  size_t max_dfa_set_states = 8'000'000;
+  uint64_t max_closure_steps = 200'000'000;
 };
 
 /// Parses llama.cpp's GBNF: `name ::= alternatives` rules (names are letters, digits and '-'),

@@ -64,6 +64,13 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
     }
     ctl.abort();
     await req;
+    // The server notices the closed connection within ~50 ms (longer under a sanitizer): wait
+    // until no slot is busy, so the next request's slot is not confused with this one.
+    for (let i = 0; i < 400; i++) {
+      const now = await get(srv.base, "/slots");
+      if (!now.body.some((s) => s.is_processing)) break;
+      await sleep(25);
+    }
     return { slot, seen };
   };
   // A long diffusion answer with a block size the server does not default to.
