@@ -96,5 +96,11 @@ fi
 expect 0 "\| tg10 " bench -p 0 -n 010 -r 1
 expect 0 "\| tg8 " bench -p 0 -n 08 -r 1
 expect 0 "\| pp9 " bench -p 009 -n 0 -r 1
+# ... also the options with a range or sign check (CLI11 names them INT:...): -c, -t.
+expect 0 "generated 99 tokens" run -p hi -n -1 -c 0100 --stats
+expect 0 "\| 2 \| tg2 " bench -p 0 -n 2 -r 1 -t 02
+# A base prefix is refused, not read as hex (std::stoi would read 0x10 as 0).
+expect 2 "expects a decimal integer \(got 0x10\)" run -p hi -n 0x10
+expect 2 "expects a decimal integer \(got 0b11\)" bench -t 0b11
 [[ $fail -eq 0 ]] && echo "cli_edges_test: all cases passed"
 exit $fail

@@ -122,11 +122,16 @@ bool IsMultiLetterShort(std::string_view name) {
 }  // namespace
 
 void ReadIntegersAsDecimal(CLI::App& app) {
-  // "-010" -> "-10", "00" -> "0"; anything but an optional sign and decimal digits (hex, words,
-  // a fraction) is left for the option's own conversion and checks.
-  auto decimal = [](std::string v) {
+  // "-010" -> "-10", "00" -> "0"; a base prefix (0x, 0b, 0o) is refused, as std::stoi would read
+  // "0x10" as 0 where CLI11 alone reads 16; anything else that is not an optional sign and
+  // decimal digits (a word, a fraction) is left for the option's own conversion and checks.
+  auto decimal = [](const std::string& v) -> std::string {
     const size_t sign = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
     if (v.size() <= sign + 1 || v[sign] != '0') return v;
+    const char base = static_cast<char>(v[sign + 1] | 0x20);  // lower case
+    if (base == 'x' || base == 'b' || base == 'o') {
+      throw CLI::ValidationError("expects a decimal integer (got " + v + ")");
+    }
     for (size_t i = sign; i < v.size(); ++i) {
       if (v[i] < '0' || v[i] > '9') return v;
     }
@@ -134,8 +139,10 @@ void ReadIntegersAsDecimal(CLI::App& app) {
     return v.substr(0, sign) + (first == std::string::npos ? "0" : v.substr(first));
   };
   for (CLI::Option* o : app.get_options()) {
+    // "INT", "UINT", or with a check appended ("INT:NONNEGATIVE", "INT:INT in [0 - 16777216]").
     const std::string type = o->get_type_name();
-    if (type == "INT" || type == "UINT") o->transform(decimal);
+    const std::string base = type.substr(0, type.find(':'));
+    if (base == "INT" || base == "UINT") o->transform(decimal);
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     ReadIntegersAsDecimal(*sub);

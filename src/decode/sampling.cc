@@ -142,9 +142,9 @@ int32_t Draw(std::span<const std::pair<int32_t, float>> dist, double u) {
 
 void FailNoTokenAllowed() {
   throw RequestError(
-      "no token is allowed at this point of the answer: the request's logit_bias, its grammar / "
-      "response format and the decoding mode's own exclusions (diffusion never emits the mask "
-      "token) together exclude every token");
+      "no token is allowed at this point of the answer: the request's logit_bias and its "
+      "grammar / response format (and, in diffusion mode, the mask token, which it never emits) "
+      "together exclude every token");
 }
 
 void RequireAllowed(std::span<const float> logits, int32_t token) {

@@ -393,6 +393,15 @@ void Scheduler::PublishKvUse() {
     st.draft_p_min = p.draft_p_min;
     st.draft_expert_budget = p.draft_expert_budget;
     st.verify_chunk = p.verify_chunk;
+    st.temperature = p.sampling.temperature;
+    st.top_k = p.sampling.top_k;
+    st.top_p = p.sampling.top_p;
+    st.min_p = p.sampling.min_p;
+    st.seed = p.sampling.seed;
+    st.repetition_penalty = p.sampling.repetition_penalty;
+    st.presence_penalty = p.sampling.presence_penalty;
+    st.frequency_penalty = p.sampling.frequency_penalty;
+    st.ignore_eos = p.eog_ids.empty();
     st.n_prompt = s->prompt_size();
     st.max_tokens = p.max_tokens;
     if (s->gen) {

@@ -106,6 +106,13 @@ struct SlotState {
   float draft_p_min = 0;
   bool draft_expert_budget = false;
   int verify_chunk = 0;
+  /// The active request's sampling settings (SamplingParams' scalar fields; logit_bias is left
+  /// out so that publishing allocates nothing) and whether its end-of-generation tokens are banned.
+  float temperature = 0, top_p = 1, min_p = 0;
+  int top_k = 0;
+  uint64_t seed = 0;
+  float repetition_penalty = 1, presence_penalty = 0, frequency_penalty = 0;
+  bool ignore_eos = false;
   int64_t n_prompt = 0;   ///< prompt tokens of the active request
   int64_t n_past = 0;     ///< context tokens held
   int64_t n_decoded = 0;  ///< tokens emitted so far

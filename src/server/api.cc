@@ -111,6 +111,20 @@ double Number(const json& v, const std::string& param, double lo, double hi) {
   return x;
 }
 
+float UnitFraction(const json& v, const std::string& param) {
+  if (!v.is_number()) WrongType(param, "a number", v);
+  const double x = v.get<double>();
+  const float f = static_cast<float>(x);
+  if (!(x > 0.0 && x <= 1.0)) {
+    BadRequest(param, "'" + param + "' must be in (0, 1] (got " + v.dump() + ")");
+  }
+  if (f <= 0.0f) {
+    BadRequest(param, "'" + param + "' is 0 as a 32-bit float (got " + v.dump() +
+                          "; the smallest is about 1.4e-45)");
+  }
+  return f;
+}
+
 int64_t Integer(const json& v, const std::string& param, int64_t lo, int64_t hi) {
   if (!v.is_number_integer() && !v.is_number_unsigned()) WrongType(param, "an integer", v);
   if (v.is_number_unsigned() &&
@@ -264,16 +278,7 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
   }
   if (const json* v = Field(obj, "block_size"))
     p.block_size = static_cast<int>(Integer(*v, prefix + "block_size", 2, 256));
-  if (const json* v = Field(obj, "threshold")) {
-    // One message for both ends of (0, 1] (Number's own range text would read "[0, 1]").
-    const double t = Number(*v, prefix + "threshold", -std::numeric_limits<double>::max(),
-                            std::numeric_limits<double>::max());
-    if (!(t > 0.0 && t <= 1.0)) {
-      BadRequest(prefix + "threshold",
-                 fmt::format("'{}threshold' must be in (0, 1] (got {})", prefix, t));
-    }
-    p.threshold = static_cast<float>(t);
-  }
+  if (const json* v = Field(obj, "threshold")) p.threshold = UnitFraction(*v, prefix + "threshold");
   if (const json* v = Field(obj, "draft_max")) {
     p.draft_auto = v->is_string() && v->get<std::string>() == "auto";
     if (!p.draft_auto)
@@ -315,10 +320,7 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
   decode::SamplingParams& s = p.sampling;
   if (const json* v = Field(body, "temperature"))
     s.temperature = static_cast<float>(Number(*v, "temperature", 0, 100));
-  if (const json* v = Field(body, "top_p")) {
-    s.top_p = static_cast<float>(Number(*v, "top_p", 0, 1));
-    if (s.top_p <= 0.0f) BadRequest("top_p", "'top_p' must be in (0, 1]");
-  }
+  if (const json* v = Field(body, "top_p")) s.top_p = UnitFraction(*v, "top_p");
   if (const json* v = Field(body, "top_k"))
     s.top_k = static_cast<int>(Integer(*v, "top_k", -1, 1 << 30));
   if (s.top_k < 0) s.top_k = 0;  // llama.cpp: <= 0 means off

@@ -66,6 +66,9 @@ std::string TypeName(const nlohmann::ordered_json& v);
                             const nlohmann::ordered_json& v);
 /// A finite number in [lo, hi].
 double Number(const nlohmann::ordered_json& v, const std::string& param, double lo, double hi);
+/// A number in (0, 1] that stays above 0 as a float (1e-300 would round to 0 and reach decoding's
+/// own checks as a 500): probabilities and thresholds. One message for both ends of the range.
+float UnitFraction(const nlohmann::ordered_json& v, const std::string& param);
 /// An integer in [lo, hi].
 int64_t Integer(const nlohmann::ordered_json& v, const std::string& param, int64_t lo, int64_t hi);
 bool Bool(const nlohmann::ordered_json& v, const std::string& param);

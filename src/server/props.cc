@@ -115,6 +115,16 @@ void Server::Impl::HandleSlots(const http::Request& req, http::Response& res) {
       p.draft_expert_budget = s.draft_expert_budget;
       p.verify_chunk = s.verify_chunk;
       p.max_tokens = s.max_tokens;
+      decode::SamplingParams& sp = p.sampling;
+      sp.temperature = s.temperature;
+      sp.top_k = s.top_k;
+      sp.top_p = s.top_p;
+      sp.min_p = s.min_p;
+      sp.seed = s.seed;
+      sp.repetition_penalty = s.repetition_penalty;
+      sp.presence_penalty = s.presence_penalty;
+      sp.frequency_penalty = s.frequency_penalty;
+      if (s.ignore_eos) p.eog_ids.clear();
     }
     json cw = DecodingJson(p);
     cw["tokens_per_pass"] = s.tokens_per_pass;

@@ -48,6 +48,15 @@ check("wrong types and out-of-range values are a 400 naming the field", async ()
   await expectError({ messages: m, max_completion_tokens: 1.5 }, 400, "max_completion_tokens");
   await expectError({ messages: m, temperature: "hot" }, 400, "temperature");
   await expectError({ messages: m, top_p: 2 }, 400, "top_p");
+  // Positive, but 0 once stored as a 32-bit float: was a 500 from decoding's own check.
+  for (const tiny of [1e-300, 1e-46]) {
+    const e = await expectError({ messages: m, top_p: tiny }, 400, "top_p");
+    assert.match(e.message, /32-bit float/);
+    await expectError({ messages: m, crossword: { mode: "diffusion", threshold: tiny } }, 400, "crossword.threshold");
+    await expectError({ messages: m, threshold: tiny, crossword: { mode: "spec" } }, 400, "threshold");
+  }
+  assert.match((await expectError({ messages: m, crossword: { threshold: -1 } }, 400, "crossword.threshold")).message,
+               /must be in \(0, 1\] \(got -1\)/);
   await expectError({ messages: m, stop: 5 }, 400, "stop");
   await expectError({ messages: m, stream: "yes" }, 400, "stream");
   await expectError({ messages: m, stream_options: { include_usage: 1 } }, 400, "stream_options.include_usage");

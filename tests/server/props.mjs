@@ -47,13 +47,13 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
   }
   // Runs a long streamed chat request with these decoding settings until /slots shows its slot
   // busy past its second pass; returns that slot (null if never seen) and the last /slots body.
-  const busySlotOf = async (crossword) => {
+  const busySlotOf = async (crossword, sampling = {}) => {
     const ctl = new AbortController();
     const req = fetch(srv.base + "/v1/chat/completions", {
       method: "POST", signal: ctl.signal, headers: { "content-type": "application/json" },
       body: JSON.stringify({
         messages: [{ role: "user", content: "Tell me a long story." }], max_tokens: 600, ignore_eos: true, stream: true,
-        crossword,
+        crossword, ...sampling,
       }),
     }).then((x) => x.text()).catch(() => "");
     let slot = null, seen = null;
@@ -87,13 +87,22 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
 
   // A spec request's own spec settings show on its busy slot.
   const { slot: spec, seen: seen2 } = await busySlotOf(
-    { mode: "spec", draft_max: "auto", verify_chunk: 4, draft_p_min: 0.25, draft_expert_budget: true });
+    { mode: "spec", draft_max: "auto", verify_chunk: 4, draft_p_min: 0.25, draft_expert_budget: true },
+    { temperature: 0.7, seed: 3, top_k: 5, top_p: 0.9, min_p: 0.1, repeat_penalty: 1.2, presence_penalty: 0.3,
+      frequency_penalty: 0.2 });
   assert.ok(spec, "a spec slot was seen busy: " + JSON.stringify(seen2.body));
   assert.equal(spec.crossword.mode, "spec");
   assert.equal(spec.crossword.draft_max, "auto");
   assert.equal(spec.crossword.verify_chunk, 4);
   assert.equal(spec.crossword.draft_p_min.toFixed(2), "0.25");
   assert.equal(spec.crossword.draft_expert_budget, true);
+  // Its sampling settings too, not the server's defaults.
+  const sp = spec.params;
+  assert.deepEqual([sp.temperature, sp.top_p, sp.min_p, sp.repeat_penalty, sp.presence_penalty, sp.frequency_penalty]
+    .map((x) => x.toFixed(2)), ["0.70", "0.90", "0.10", "1.20", "0.30", "0.20"]);
+  assert.equal(sp.top_k, 5);
+  assert.equal(sp.seed, 3);
+  assert.equal(sp.ignore_eos, true);
 });
 
 check("--no-slots: /slots is a 501; /props says so; both need the key", async () => {
