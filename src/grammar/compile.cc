@@ -441,6 +441,13 @@ class Compiler {
 
   // ---- subset construction ----
 
+  [[noreturn]] void FailSteps() const {
+    FailGrammar(ErrorKind::kTooLarge,
+                "grammar: determinizing it takes more than {} steps (nested repetitions?); use "
+                "smaller repetition counts",
+                limits_.max_closure_steps);
+  }
+
   void Closure(std::vector<uint32_t>& set) {
     ++closure_stamp_;
     std::vector<uint32_t>& stack = scratch_;
@@ -449,12 +456,7 @@ class Compiler {
     while (!stack.empty()) {
       const uint32_t s = stack.back();
       stack.pop_back();
-      if (++closure_steps_ > limits_.max_closure_steps) {
-        FailGrammar(ErrorKind::kTooLarge,
-                    "grammar: determinizing it takes more than {} steps (nested repetitions?); "
-                    "use smaller repetition counts",
-                    limits_.max_closure_steps);
-      }
+      if (++closure_steps_ > limits_.max_closure_steps) FailSteps();
       if (mark_[s] == closure_stamp_) continue;
       mark_[s] = closure_stamp_;
       set.push_back(s);
@@ -567,6 +569,9 @@ class Compiler {
             continue;
           }
           const ByteSet& cs = class_sets_[edge.label];
+          // This loop is work too: with ~240 byte classes it can outweigh the closures.
+          closure_steps_ += n_classes_;
+          if (closure_steps_ > limits_.max_closure_steps) FailSteps();
           for (uint32_t c = 0; c < n_classes_; ++c) {
             if (!cs.Has(static_cast<uint8_t>(c))) continue;
             if (bucket[c].empty()) touched.push_back(c);

@@ -26,11 +26,13 @@ enum class ErrorKind : uint8_t {
   kUnsupported,    ///< a construct or JSON Schema keyword outside the supported subset
 };
 
-/// The error of this library: a crossword::Error whose message is a complete sentence (with
-/// "line L, column C" for GBNF text and a JSON pointer for schemas) plus a machine-readable kind.
-class GrammarError : public Error {
+/// The error of this library: a crossword::RequestError (the request's grammar or schema is at
+/// fault, also when the matcher refuses one while decoding) whose message is a complete sentence
+/// (with "line L, column C" for GBNF text and a JSON pointer for schemas) plus a machine-readable
+/// kind.
+class GrammarError : public RequestError {
  public:
-  GrammarError(ErrorKind kind, const std::string& message) : Error(message), kind_(kind) {}
+  GrammarError(ErrorKind kind, const std::string& message) : RequestError(message), kind_(kind) {}
   ErrorKind kind() const { return kind_; }
 
  private:
@@ -115,7 +117,8 @@ struct GrammarLimits {
   size_t max_nfa_states = 2'000'000;
   size_t max_dfa_states = 500'000;
   /// Determinizing's memory and time: NFA states held by all DFA states' sets, and NFA states
-  /// visited by all epsilon closures. Nested bounded repetitions such as
+  /// visited by all epsilon closures plus byte classes scanned per labelled edge. Nested bounded
+  /// repetitions such as
   /// ((x{0,100}){0,100}){0,100} stay under the state limits above but make every set and closure
   /// ~10^6 states long (21 GB and minutes before these bounds).
   size_t max_dfa_set_states = 8'000'000;

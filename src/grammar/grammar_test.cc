@@ -155,6 +155,30 @@ TEST(Gbnf, NestedOptionalRepetitionIsBoundedInTimeAndMemory) {
   EXPECT_FALSE(Matches("root ::= ((\"a\"{0,3}){0,3}){0,3} \"b\"\n", std::string(28, 'a') + "b"));
 }
 
+// Two alternatives calling different (recursive, so not inlined) rules at every level: the
+// parses double with each "x". The matcher refuses the grammar once 8192 are alive, instead of
+// growing to GBs (2^30 stacks); short inputs of the same grammar still match.
+TEST(Matcher, AmbiguityAcrossRulesIsBounded) {
+  const std::string g =
+      "root ::= a\n"
+      "a ::= \"x\" a \"y\" | \"x\" b \"z\" | \"x\"\n"
+      "b ::= \"x\" a \"w\" | \"x\" b \"v\" | \"x\"\n";
+  EXPECT_TRUE(Matches(g, "xxy"));
+  EXPECT_TRUE(Matches(g, "xxxvz"));
+  EXPECT_FALSE(Matches(g, "xxyy"));
+  Matcher m(CompileGbnf(g, ByteVocab()));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (int i = 0; i < 40; ++i) ASSERT_TRUE(m.AcceptBytes("x")) << i;
+    ADD_FAILURE() << "40 nested levels accepted without a bound";
+  } catch (const GrammarError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTooLarge);
+    EXPECT_NE(std::string(e.what()).find("ambiguous"), std::string::npos) << e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 20.0);
+}
+
 // Every token the mask allows is accepted and every other one refused, on random walks over
 // recursive grammars with multi-byte tokens that cross rule boundaries.
 TEST(Matcher, MaskEqualsTryingEveryToken) {

@@ -17,6 +17,12 @@ struct VectorHash {
 
 constexpr size_t kMaskCacheEntries = 64;
 constexpr uint32_t kEmptyStack = 0;
+// A position's parses are not merged across rule calls, so a grammar with two alternatives
+// calling different rules at each of d nested levels has 2^d live stacks (d = 30: ~5 GB and
+// seconds per token before these bounds). Legitimate grammars, JSON schemas' included, keep a
+// handful; the bounds fail the request instead (a 400, like any other grammar error).
+constexpr size_t kMaxLiveStacks = 8192;
+constexpr size_t kMaxStackNodes = size_t{1} << 21;  // interned frames per matcher and its forks
 
 }  // namespace
 
@@ -39,7 +45,16 @@ struct Matcher::Context {
   uint32_t Intern(uint32_t state, uint32_t parent) {
     const uint64_t key = (uint64_t{state} << 32) | parent;
     auto [it, added] = index.try_emplace(key, static_cast<uint32_t>(nodes.size()));
-    if (added) nodes.emplace_back(state, parent);
+    if (added) {
+      if (nodes.size() >= kMaxStackNodes) {
+        index.erase(it);
+        FailGrammar(ErrorKind::kTooLarge,
+                    "grammar: more than {} parse stack frames while matching the answer (the "
+                    "grammar is too ambiguous across rules); simplify it",
+                    kMaxStackNodes);
+      }
+      nodes.emplace_back(state, parent);
+    }
     return it->second;
   }
 
@@ -69,6 +84,13 @@ struct Matcher::Context {
         work.push_back(c.tail ? Intern(c.start, parent) : Intern(c.start, Intern(c.ret, parent)));
       }
       if (p.Final(s)) work.push_back(parent);
+    }
+    if (live.size() > kMaxLiveStacks) {
+      work.clear();
+      FailGrammar(ErrorKind::kTooLarge,
+                  "grammar: more than {} parses are alive at once while matching the answer (the "
+                  "grammar is too ambiguous across rules); simplify it",
+                  kMaxLiveStacks);
     }
     std::sort(live.begin(), live.end());
   }
