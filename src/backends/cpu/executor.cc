@@ -56,9 +56,27 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
     if (std::find(formats_.begin(), formats_.end(), f) == formats_.end()) formats_.push_back(f);
   };
   add(w_.output);
+  size_t max_layer_bytes = 0;
   for (const LayerWeights& L : w_.layers) {
-    for (const kernels::Matrix* mat : L.DenseMatrices()) add(*mat);
-    for (const model::ExpertTensor* e : L.ExpertStacks()) add(e->first);
+    size_t bytes = 0;
+    for (const kernels::Matrix* mat : L.DenseMatrices()) {
+      add(*mat);
+      bytes += static_cast<size_t>(mat->n_out) * mat->row_bytes;
+    }
+    for (const model::ExpertTensor* e : L.ExpertStacks()) {
+      add(e->first);
+      bytes += static_cast<size_t>(e->n_expert) * e->expert_stride;
+    }
+    max_layer_bytes = std::max(max_layer_bytes, bytes);
+  }
+  using RowSplit = CpuOptions::RowSplit;
+  const bool rows =
+      options.row_split == RowSplit::kRows ||
+      (options.row_split == RowSplit::kAuto && max_layer_bytes <= kRowSplitMaxLayerBytes);
+  row_parts_ = rows ? pool_->size() : 1;
+  if (rows && pool_->size() > 1) {
+    logger_.Info("multi-row passes split by rows across {} threads (largest layer {:.2f} MiB)",
+                 pool_->size(), max_layer_bytes / 1048576.0);
   }
 }
 
@@ -131,18 +149,26 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   at_.expert_ids = itake(T * k);
   at_.rows_x = itake(T * k);
   at_.rows_y = itake(T * k);
-  at_.expert_counts = itake(hp.n_expert);
-  at_.expert_offsets = itake(hp.n_expert + 1);
   i_.assign(ioff, 0);
 
+  // Part 0 runs whole passes (and the head: up to R rows); the others only row blocks of
+  // row-split passes (docs/decoding.md), at most ceil(T / 2) rows each.
   const int64_t main_in = std::max({hp.n_embd, hp.ssm_d_inner, q_dim, hp.n_ff_shexp});
-  acts_main_.resize(5);
-  acts_ff_.resize(5);
-  for (kernels::ActFormat f : executor.activation_formats()) {
-    acts_main_[static_cast<int>(f)].Reserve(std::max(T, logit_rows), main_in);
-    acts_ff_[static_cast<int>(f)].Reserve(T * k, hp.n_ff_exp);
+  parts_.resize(static_cast<size_t>(executor.row_parts()));
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    RowScratch& s = parts_[p];
+    const int64_t rows = p == 0 ? T : (T + 1) / 2;
+    s.acts_main.resize(5);
+    s.acts_ff.resize(5);
+    for (kernels::ActFormat f : executor.activation_formats()) {
+      s.acts_main[static_cast<int>(f)].Reserve(p == 0 ? std::max(T, logit_rows) : rows, main_in);
+      s.acts_ff[static_cast<int>(f)].Reserve(rows * k, hp.n_ff_exp);
+    }
+    s.jobs.reserve(2 * static_cast<size_t>(hp.n_expert) + 4);
+    s.counts.assign(static_cast<size_t>(hp.n_expert), 0);
+    s.offsets.assign(static_cast<size_t>(hp.n_expert) + 1, 0);
+    s.used.assign(static_cast<size_t>(hp.n_expert), 0);
   }
-  jobs_.reserve(2 * static_cast<size_t>(hp.n_expert) + 4);
   seq_logit_offset_.assign(options.max_seqs, 0);
   seq_logit_count_.assign(options.max_seqs, 0);
   seq_row0_.assign(options.max_seqs, 0);
@@ -280,28 +306,66 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   float* h = ctx.F(ctx.at_.normed);
   float* cur = ctx.F(ctx.at_.block_out);
   emit("inp_embd", -1, x, total, E);
+  // Row blocks (CpuOptions::RowSplit): the layers' row-independent parts run as n_blocks blocks
+  // side by side, the parts that mix rows (conv, recurrence, attention) over the whole batch.
+  // Not with an observer (it sees whole tensors) or expert anchors (a mask row reads its anchor
+  // rows' routing), and only with kMinRowsPerPart rows per block: fewer do not pay the hand-off.
+  constexpr int64_t kMinRowsPerPart = 8;
+  bool anchors = false;
+  for (const SequenceInput& in : seqs) anchors |= in.expert_anchor_rows > 0;
+  const int64_t n_blocks =
+      observer || anchors ? 1 : std::clamp<int64_t>(total / kMinRowsPerPart, 1, row_parts_);
+  auto rows_phase = [&](auto&& fn) {
+    if (n_blocks == 1) return fn(int64_t{0}, total, ctx.parts_[0]);
+    pool_->RunOnEachThread([&](int p) {
+      if (p >= n_blocks) return;
+      const int64_t r0 = p * total / n_blocks, r1 = (p + 1) * total / n_blocks;
+      fn(r0, r1 - r0, ctx.parts_[static_cast<size_t>(p)]);
+    });
+  };
   for (int il = first_layer; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];
-    for (int64_t t = 0; t < total; ++t)
-      kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
-    emit("attn_norm", il, h, total, E);
-    if (L.is_recurrent()) {
-      GdnLayer(il, layer_slot_[il], lp, lsp, ctx);
-      emit("gdn_out", il, cur, total, E);
+    const bool gdn = L.is_recurrent();
+    rows_phase([&](int64_t r0, int64_t n, CpuContext::RowScratch& s) {
+      for (int64_t t = r0; t < r0 + n; ++t)
+        kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
+      emit("attn_norm", il, h, total, E);
+      if (gdn) {
+        GdnIn(il, r0, n, s, ctx);
+      } else {
+        AttentionIn(il, r0, n, s, ctx);
+      }
+    });
+    if (gdn) {
+      GdnCore(il, layer_slot_[il], lp, lsp, ctx);
     } else {
-      AttentionLayer(il, layer_slot_[il], lp, lsp, ctx);
-      emit("attn_out", il, cur, total, E);
+      AttentionCore(il, layer_slot_[il], lp, lsp, ctx);
     }
-    kernels::Add(x, cur, x, total * E);
-    emit("ffn_inp", il, x, total, E);
-    for (int64_t t = 0; t < total; ++t) {
-      kernels::RmsNorm(x + t * E, L.post_attention_norm.data(), h + t * E, E, hp_.rms_eps);
+    rows_phase([&](int64_t r0, int64_t n, CpuContext::RowScratch& s) {
+      if (gdn) {
+        GdnOut(il, r0, n, s, ctx);
+      } else {
+        AttentionOut(il, r0, n, s, ctx);
+      }
+      emit(gdn ? "gdn_out" : "attn_out", il, cur, total, E);
+      kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
+      emit("ffn_inp", il, x, total, E);
+      for (int64_t t = r0; t < r0 + n; ++t)
+        kernels::RmsNorm(x + t * E, L.post_attention_norm.data(), h + t * E, E, hp_.rms_eps);
+      emit("ffn_norm", il, h, total, E);
+      MoeLayer(il, r0, n, s, ctx);
+      emit("ffn_out", il, cur, total, E);
+      kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
+      emit("l_out", il, x, total, E);
+    });
+    // Distinct experts of the layer over all blocks (PassCounters::experts_used).
+    for (int e = 0; e < hp_.n_expert; ++e) {
+      bool used = false;
+      for (int64_t p = 0; p < n_blocks; ++p)
+        used |= ctx.parts_[static_cast<size_t>(p)].used[static_cast<size_t>(e)];
+      ctx.mutable_counters().experts_used += used;
     }
-    emit("ffn_norm", il, h, total, E);
-    MoeLayer(il, total, ctx);
-    emit("ffn_out", il, cur, total, E);
-    kernels::Add(x, cur, x, total * E);
-    emit("l_out", il, x, total, E);
+    ++ctx.mutable_counters().moe_layers;
   }
   Output(seqs, sp, ctx);
   if (observer) {
@@ -357,8 +421,8 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
 void CpuExecutor::Head(CpuContext& ctx, int64_t h, const int32_t* y_rows) const {
   if (h == 0) return;
   // One product over the rows that need logits, scattered to their logit rows.
-  kernels::Activations& a = Prepare(ctx.acts_main_, w_.output.type, ctx.F(ctx.at_.output_normed), h,
-                                    hp_.n_embd, hp_.n_embd);
+  kernels::Activations& a = Prepare(ctx.parts_[0].acts_main, w_.output.type,
+                                    ctx.F(ctx.at_.output_normed), h, hp_.n_embd, hp_.n_embd);
   kernels::MatMulJob job;
   job.w = w_.output;
   job.x = &a;

@@ -23,15 +23,28 @@ struct CpuOptions {
   /// Keep a copy of the quantized matrices in the multi-row kernel's tile layout (RepackWeights)
   /// when it fits in a quarter of physical memory; --no-repack turns it off. Same results.
   bool repack = true;
+  /// How a multi-row pass uses the pool (docs/decoding.md, "Row-split passes"). kRows: each
+  /// thread runs the row-independent work of a layer (norms, products, the MoE) for its own block
+  /// of rows, one hand-off per layer half, instead of one per product; kColumns: every product
+  /// splits its output columns across the threads (each weight read once per pass); kAuto:
+  /// kRows when every layer's weights fit in about one core's L2 (kRowSplitMaxLayerBytes), where
+  /// reading them once per thread costs nothing from memory and the per-product hand-offs
+  /// dominate. The same bits either way (the kernels are batch-invariant).
+  enum class RowSplit { kAuto, kRows, kColumns };
+  RowSplit row_split = RowSplit::kAuto;
   Logger logger;
 };
+
+/// kAuto's limit on one layer's weights (dense matrices + every expert) for splitting by rows.
+inline constexpr size_t kRowSplitMaxLayerBytes = size_t{2} << 20;
 
 class CpuExecutor;
 
 /// Scratch of CPU forward passes: one float arena and one int32 arena, sized once from the model
 /// and the options (every buffer below, in floats or int32 elements; T = max_tokens,
-/// k = n_expert_used, R = max_logit_rows), plus the activation buffers of each format the
-/// model's matrices consume.
+/// k = n_expert_used, R = max_logit_rows), plus, per row block the executor may run at once
+/// (CpuExecutor::row_parts()), the activation buffers of each format the model's matrices
+/// consume and the MoE grouping.
 class CpuContext final : public model::ForwardContext {
  public:
   CpuContext(const CpuExecutor& executor, const model::ContextOptions& options);
@@ -43,9 +56,19 @@ class CpuContext final : public model::ForwardContext {
   float* F(size_t offset) { return f_.data() + offset; }
   int32_t* I(size_t offset) { return i_.data() + offset; }
 
+  // What one block of rows needs of its own while threads run blocks side by side: activation
+  // buffers (indexed by ActFormat), product jobs, the MoE's per-expert grouping, and which
+  // experts its rows selected in the current layer. parts_[0] also serves whole-pass work.
+  struct RowScratch {
+    std::vector<kernels::Activations> acts_main, acts_ff;
+    std::vector<kernels::MatMulJob> jobs;  // capacity reserved: 2 * n_expert + 4
+    std::vector<int32_t> counts, offsets;  // [n_expert], [n_expert + 1]
+    std::vector<uint8_t> used;             // [n_expert]
+  };
+
   std::vector<float> f_;  // one arena for every float buffer
   std::vector<int32_t> i_;
-  std::vector<kernels::Activations> acts_main_, acts_ff_;  // indexed by ActFormat
+  std::vector<RowScratch> parts_;  // one per row block the executor may run at once
   std::vector<int64_t> seq_logit_offset_, seq_logit_count_;
   // Per sequence of the last pass: the batch row of its first token, and whether MoreLogits may
   // compute its rows (kAll, no fused tail).
@@ -75,20 +98,20 @@ class CpuContext final : public model::ForwardContext {
     size_t attn_out;        ///< [T][n_head * head_dim] attention output, then output-gated
     size_t router_logits;   ///< [T][n_expert]
     size_t expert_weights;  ///< [T][k] renormalized top-k router probabilities
-    size_t expert_gate;     ///< [T*k routed rows | T shared rows][n_ff] gate, then SiLU(gate)*up
-    size_t expert_up;       ///< [T*k + T][n_ff] up projections
-    size_t expert_down;     ///< [T*k][n_embd] routed experts' down projections, row t*k + slot
-    size_t shared_down;     ///< [T][n_embd] shared expert's down projection
-    size_t output_normed;   ///< [R][n_embd] final RMSNorm of the rows that get logits
-    size_t logits;          ///< [R][n_vocab]
-    size_t gdn_scratch;     ///< [max_seqs][(K-1) conv_dim + n_v_heads d_state^2] denoise state
-    size_t expert_ids;      ///< int32 [T][k] selected experts
-    size_t rows_x;          ///< int32 [T*k] grouped by expert: input row (token)
-    size_t rows_y;          ///< int32 [T*k] grouped by expert: output row (t*k + slot)
-    size_t expert_counts;   ///< int32 [n_expert]
-    size_t expert_offsets;  ///< int32 [n_expert + 1] start of each expert's group
+    /// [T (k + 1)][n_ff] gate, then SiLU(gate)*up: a block of n rows from row r0 (the whole
+    /// pass, or a row-split block) owns rows [r0 (k + 1), (r0 + n)(k + 1)): n*k routed rows
+    /// (t*k + slot), then its n shared-expert rows.
+    size_t expert_gate;
+    size_t expert_up;      ///< [T (k + 1)][n_ff] up projections, laid out as expert_gate
+    size_t expert_down;    ///< [T*k][n_embd] routed experts' down projections, row t*k + slot
+    size_t shared_down;    ///< [T][n_embd] shared expert's down projection
+    size_t output_normed;  ///< [R][n_embd] final RMSNorm of the rows that get logits
+    size_t logits;         ///< [R][n_vocab]
+    size_t gdn_scratch;    ///< [max_seqs][(K-1) conv_dim + n_v_heads d_state^2] denoise state
+    size_t expert_ids;     ///< int32 [T][k] selected experts
+    size_t rows_x;         ///< int32 [T*k] grouped by expert: input row (token)
+    size_t rows_y;         ///< int32 [T*k] grouped by expert: output row (t*k + slot)
   } at_{};
-  std::vector<kernels::MatMulJob> jobs_;  // capacity reserved: 2 * n_expert + 4
   int64_t gdn_scratch_floats_ = 0;
 };
 
@@ -127,6 +150,8 @@ class CpuExecutor final : public model::Executor {
   bool repacked() const { return w_.packed_storage != nullptr; }
   /// Activation formats the model's matrices consume (what a CpuContext reserves).
   const std::vector<kernels::ActFormat>& activation_formats() const { return formats_; }
+  /// Row blocks a multi-row pass may run at once (1: products split by columns only).
+  int row_parts() const { return row_parts_; }
 
  private:
   // Rows [row0, row0 + T) of the batch buffers belong to one sequence at committed length n_past
@@ -141,11 +166,20 @@ class CpuExecutor final : public model::Executor {
   void Run(std::span<const model::SequenceInput> seqs, model::ForwardContext& ctx,
            model::ForwardObserver* observer, int first_layer, const float* residual) const;
   void EmbedTokens(std::span<const model::SequenceInput> seqs, CpuContext& ctx) const;
-  void GdnLayer(int il, int recurrent_index, std::span<const model::SequenceInput> seqs,
-                std::span<const SeqSpan> spans, CpuContext& ctx) const;
-  void AttentionLayer(int il, int attention_index, std::span<const model::SequenceInput> seqs,
-                      std::span<const SeqSpan> spans, CpuContext& ctx) const;
-  void MoeLayer(int il, int64_t T, CpuContext& ctx) const;
+  using RowScratch = CpuContext::RowScratch;
+  // A layer in three parts: In and Out touch rows [r0, r0 + n) only (any block of rows, with
+  // its own scratch), Core mixes the rows of each sequence (conv and recurrence, attention).
+  // In: projections of the normed input; Out: gating, the output projection into block_out.
+  void GdnIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
+  void GdnCore(int il, int recurrent_index, std::span<const model::SequenceInput> seqs,
+               std::span<const SeqSpan> spans, CpuContext& ctx) const;
+  void GdnOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
+  void AttentionIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
+  void AttentionCore(int il, int attention_index, std::span<const model::SequenceInput> seqs,
+                     std::span<const SeqSpan> spans, CpuContext& ctx) const;
+  void AttentionOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
+  // The MoE block of rows [r0, r0 + n) into block_out; s.used marks the experts they selected.
+  void MoeLayer(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
   void Output(std::span<const model::SequenceInput> seqs, std::span<const SeqSpan> spans,
               CpuContext& ctx) const;
   // The output head over `h` rows already normed into output_normed: logits into their logit
@@ -161,7 +195,7 @@ class CpuExecutor final : public model::Executor {
   };
   /// The products of the normed input h [rows][n_embd] with several matrices in one parallel
   /// region (the GDN and attention input projections); each activation format is prepared once.
-  void Project(CpuContext& ctx, const float* h, int64_t rows,
+  void Project(RowScratch& s, const float* h, int64_t rows,
                std::initializer_list<Projection> ps) const;
 
   std::shared_ptr<const model::Model> model_;
@@ -171,6 +205,7 @@ class CpuExecutor final : public model::Executor {
   std::unique_ptr<ThreadPool> pool_;
   std::vector<int> layer_slot_;              // il -> index among recurrent or attention layers
   std::vector<kernels::ActFormat> formats_;  // activation formats any weight needs
+  int row_parts_ = 1;
 };
 
 }  // namespace crossword::backends::cpu

@@ -53,12 +53,14 @@ struct Runner {
   std::unique_ptr<CpuExecutor> exec;
   std::unique_ptr<ForwardContext> ctx;
 
-  explicit Runner(const std::string& path, int max_seqs = 2) {
+  explicit Runner(const std::string& path, int max_seqs = 2,
+                  CpuOptions::RowSplit split = CpuOptions::RowSplit::kAuto) {
     LoadOptions lo;
     lo.logger = Logger::Silent();
     model = Model::Load(path, lo);
     exec = std::make_unique<CpuExecutor>(
-        model, CpuOptions{.threads = 2, .repack = true, .logger = Logger::Silent()});
+        model,
+        CpuOptions{.threads = 2, .repack = true, .row_split = split, .logger = Logger::Silent()});
     ContextOptions co;
     co.max_tokens = 256;
     co.max_seqs = max_seqs;
@@ -399,6 +401,73 @@ TEST(CpuExecutor, FusedPassEqualsCommitThenDenoiseBitForBit) {
   in.record = false;
   EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
   EXPECT_EQ(st->n_past(), 4);
+}
+
+// Row-split passes (CpuOptions::RowSplit): the two threads each run a block of rows through a
+// layer's row-independent work. Every pass kind gives the bits, states and distinct-expert counts
+// of the column-split pass (the kernels are batch-invariant), on every weight path.
+TEST(CpuExecutor, RowSplitPassesGiveTheColumnSplitBits) {
+  for (const std::string type : {"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M"}) {
+    SCOPED_TRACE(type);
+    const std::string path = Synth("fuse_" + type + ".gguf", "clover_moe", "official", type);
+    Runner rows(path, 2, CpuOptions::RowSplit::kRows);
+    Runner cols(path, 2, CpuOptions::RowSplit::kColumns);
+    ASSERT_EQ(rows.exec->row_parts(), 2);
+    ASSERT_EQ(cols.exec->row_parts(), 1);
+    // kAuto: the tiny preset's layers take ~8 MiB in F32 (over kRowSplitMaxLayerBytes), ~1 MiB in
+    // Q4_0.
+    if (type == "F32" || type == "Q4_0") {
+      EXPECT_EQ(Runner(path).exec->row_parts(), type == "F32" ? 1 : 2);
+    }
+    const Hparams& hp = rows.model->hparams();
+    auto same_pass = [&](const char* what) {
+      SCOPED_TRACE(what);
+      const auto x = rows.ctx->logits(0), y = cols.ctx->logits(0);
+      ASSERT_EQ(x.size(), y.size());
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+      EXPECT_EQ(rows.ctx->experts_used(), cols.ctx->experts_used());
+    };
+    auto both = [&](std::span<SequenceInput> a, std::span<SequenceInput> b, const char* what) {
+      rows.exec->Forward(a, *rows.ctx);
+      cols.exec->Forward(b, *cols.ctx);
+      same_pass(what);
+    };
+    auto a = rows.State(), b = cols.State(), a2 = rows.State(), b2 = cols.State();
+    const auto prompt = RandomTokens(41, 60, 1500);  // blocks of 20 and 21 rows
+    SequenceInput pa{a.get(), prompt}, pb{b.get(), prompt};
+    both({&pa, 1}, {&pb, 1}, "prompt");
+    // A recorded 17-row verify, rolled back to 6 tokens; a 32-row denoise block.
+    const auto block = RandomTokens(17, 61, 1500);
+    SequenceInput va{a.get(), block, PassKind::kCausal, LogitRows::kAll, true};
+    SequenceInput vb{b.get(), block, PassKind::kCausal, LogitRows::kAll, true};
+    both({&va, 1}, {&vb, 1}, "verify");
+    a->RollbackTo(6);
+    b->RollbackTo(6);
+    EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
+    std::vector<int32_t> masks(32, 1626);
+    masks[0] = 99;
+    SequenceInput da{a.get(), masks, PassKind::kDenoise, LogitRows::kAll};
+    SequenceInput db{b.get(), masks, PassKind::kDenoise, LogitRows::kAll};
+    both({&da, 1}, {&db, 1}, "denoise");
+    // A fused 16 + 16 pass beside a second sequence's 3-token step (blocks cut across both).
+    std::vector<int32_t> fused = RandomTokens(16, 62, 1500);
+    fused.insert(fused.end(), masks.begin(), masks.begin() + 16);
+    const auto step = RandomTokens(3, 63, 1500);
+    SequenceInput fa[2] = {{a.get(), fused, PassKind::kCausal, LogitRows::kAll, true},
+                           {a2.get(), step, PassKind::kCausal, LogitRows::kLast}};
+    SequenceInput fb[2] = {{b.get(), fused, PassKind::kCausal, LogitRows::kAll, true},
+                           {b2.get(), step, PassKind::kCausal, LogitRows::kLast}};
+    fa[0].denoise_tail = fb[0].denoise_tail = 16;
+    both(fa, fb, "fused");
+    EXPECT_EQ(std::memcmp(rows.ctx->logits(1).data(), cols.ctx->logits(1).data(),
+                          rows.ctx->logits(1).size() * sizeof(float)),
+              0);
+    EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
+    EXPECT_EQ(GdnBytes(*a2, hp), GdnBytes(*b2, hp));
+    const auto next = RandomTokens(20, 64, 1500);
+    SequenceInput na{a.get(), next}, nb{b.get(), next};
+    both({&na, 1}, {&nb, 1}, "after the fused pass");
+  }
 }
 
 TEST(CpuExecutor, TwoSequencesInOneBatchMatchSeparateRuns) {

@@ -31,59 +31,67 @@ void GdnDenoiseState(const float* committed_conv, const float* committed_ssm, in
 
 }  // namespace
 
-void CpuExecutor::Project(CpuContext& ctx, const float* h, int64_t rows,
+void CpuExecutor::Project(RowScratch& s, const float* h, int64_t rows,
                           std::initializer_list<Projection> ps) const {
   const int64_t E = hp_.n_embd;
   bool prepared[5] = {false, false, false, false, false};
-  auto& jobs = ctx.jobs_;
+  auto& jobs = s.jobs;
   jobs.clear();
   for (const Projection& p : ps) {
     const int fi = static_cast<int>(kernels::ActFormatFor(p.w->type));
-    if (!prepared[fi]) Prepare(ctx.acts_main_, p.w->type, h, rows, E, E);
+    if (!prepared[fi]) Prepare(s.acts_main, p.w->type, h, rows, E, E);
     prepared[fi] = true;
-    jobs.push_back({.w = *p.w, .x = &ctx.acts_main_[fi], .n_rows = rows, .y = p.y, .ldy = p.ldy});
+    jobs.push_back({.w = *p.w, .x = &s.acts_main[fi], .n_rows = rows, .y = p.y, .ldy = p.ldy});
   }
   kernels::MatMul(jobs, *pool_);
 }
 
-void CpuExecutor::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
-                           std::span<const SeqSpan> spans, CpuContext& ctx) const {
-  ThreadPool& pool = *pool_;
+void CpuExecutor::GdnIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const {
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
-  const int64_t E = hp_.n_embd;
-  const int64_t total = spans.back().row0 + spans.back().T;
   const int64_t conv_dim = hp_.conv_dim();
-  const int64_t key_dim = hp_.ssm_key_dim();
   const int64_t d_inner = hp_.ssm_d_inner;
   const int n_v = hp_.ssm_n_v_heads;
-  const int64_t ds = hp_.ssm_d_state;
-  float* qkv = f + at.gdn_qkv;        // [T][conv_dim]
-  float* z = f + at.gdn_z;            // [T][d_inner]
-  float* ab = f + at.gdn_beta_alpha;  // [T][2 n_v]: beta logits then alpha
-  float* conv = f + at.gdn_conv;
-  float* o = f + at.gdn_out;
-  float* g = f + at.gdn_decay;
-  float* beta = f + at.gdn_beta;
+  float* qkv = f + at.gdn_qkv + r0 * conv_dim;       // [T][conv_dim]
+  float* z = f + at.gdn_z + r0 * d_inner;            // [T][d_inner]
+  float* ab = f + at.gdn_beta_alpha + r0 * 2 * n_v;  // [T][2 n_v]: beta logits then alpha
+  float* g = f + at.gdn_decay + r0 * n_v;
+  float* beta = f + at.gdn_beta + r0 * n_v;
 
   // Projections qkv, z, beta, alpha of the normed input, in one parallel region.
-  const float* h = f + at.normed;
-  Project(ctx, h, total,
+  Project(s, f + at.normed + r0 * hp_.n_embd, n,
           {{&L.attn_qkv, qkv, conv_dim},
            {&L.attn_gate, z, d_inner},
            {&L.ssm_beta, ab, 2 * n_v},
            {&L.ssm_alpha, ab + n_v, 2 * n_v}});
 
   // beta = sigmoid(b); g = softplus(a + dt_bias) * ssm_a  (ssm_a = -exp(A_log) <= 0).
-  for (int64_t t = 0; t < total; ++t) {
+  for (int64_t t = 0; t < n; ++t) {
     kernels::Sigmoid(ab + t * 2 * n_v, beta + t * n_v, n_v);
     float* gt = g + t * n_v;
     kernels::Add(ab + t * 2 * n_v + n_v, L.ssm_dt_bias.data(), gt, n_v);
     kernels::Softplus(gt, gt, n_v);
     kernels::Mul(gt, L.ssm_a.data(), gt, n_v);
   }
+}
 
+void CpuExecutor::GdnCore(int il, int r, std::span<const SequenceInput> seqs,
+                          std::span<const SeqSpan> spans, CpuContext& ctx) const {
+  ThreadPool& pool = *pool_;
+  const LayerWeights& L = w_.layers[il];
+  float* f = ctx.f_.data();
+  const auto& at = ctx.at_;
+  const int64_t conv_dim = hp_.conv_dim();
+  const int64_t key_dim = hp_.ssm_key_dim();
+  const int64_t d_inner = hp_.ssm_d_inner;
+  const int n_v = hp_.ssm_n_v_heads;
+  const int64_t ds = hp_.ssm_d_state;
+  float* qkv = f + at.gdn_qkv;
+  float* conv = f + at.gdn_conv;
+  float* o = f + at.gdn_out;
+  float* g = f + at.gdn_decay;
+  float* beta = f + at.gdn_beta;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SequenceInput& in = seqs[s];
     const SeqSpan& sp = spans[s];
@@ -144,28 +152,47 @@ void CpuExecutor::GdnLayer(int il, int r, std::span<const SequenceInput> seqs,
     a.ldo = d_inner;
     kernels::GatedDeltaRule(a, pool);
   }
+}
 
+void CpuExecutor::GdnOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const {
+  const LayerWeights& L = w_.layers[il];
+  float* f = ctx.f_.data();
+  const auto& at = ctx.at_;
+  const int64_t d_inner = hp_.ssm_d_inner;
+  const int64_t ds = hp_.ssm_d_state;
+  float* o = f + at.gdn_out + r0 * d_inner;
+  float* z = f + at.gdn_z + r0 * d_inner;
   // Gated RMSNorm per value head (weight shared by heads, not +1), times silu(z).
-  for (int64_t t = 0; t < total; ++t) {
+  for (int64_t t = 0; t < n; ++t) {
     float* orow = o + t * d_inner;
     float* zrow = z + t * d_inner;
-    for (int hv = 0; hv < n_v; ++hv)
+    for (int hv = 0; hv < hp_.ssm_n_v_heads; ++hv)
       kernels::RmsNorm(orow + hv * ds, L.ssm_norm.data(), orow + hv * ds, ds, hp_.rms_eps);
     kernels::Silu(zrow, zrow, d_inner);
     kernels::Mul(orow, zrow, orow, d_inner);
   }
-  kernels::Activations& ao = Prepare(ctx.acts_main_, L.ssm_out.type, o, total, d_inner, d_inner);
-  kernels::MatMul(L.ssm_out, ao, f + at.block_out, E, pool);
+  kernels::Activations& ao = Prepare(s.acts_main, L.ssm_out.type, o, n, d_inner, d_inner);
+  kernels::MatMul(L.ssm_out, ao, f + at.block_out + r0 * hp_.n_embd, hp_.n_embd, *pool_);
 }
 
-void CpuExecutor::AttentionLayer(int il, int a_idx, std::span<const SequenceInput> seqs,
-                                 std::span<const SeqSpan> spans, CpuContext& ctx) const {
+void CpuExecutor::AttentionIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const {
+  const LayerWeights& L = w_.layers[il];
+  float* f = ctx.f_.data();
+  const auto& at = ctx.at_;
+  const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hp_.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(hp_.n_head_kv) * hp_.head_dim;
+  Project(s, f + at.normed + r0 * hp_.n_embd, n,
+          {{&L.attn_q, f + at.attn_q_gate + r0 * 2 * q_dim, 2 * q_dim},
+           {&L.attn_k, f + at.attn_k + r0 * kv_dim, kv_dim},
+           {&L.attn_v, f + at.attn_v + r0 * kv_dim, kv_dim}});
+}
+
+void CpuExecutor::AttentionCore(int il, int a_idx, std::span<const SequenceInput> seqs,
+                                std::span<const SeqSpan> spans, CpuContext& ctx) const {
   ThreadPool& pool = *pool_;
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
-  const int64_t E = hp_.n_embd;
-  const int64_t total = spans.back().row0 + spans.back().T;
   const int64_t hd = hp_.head_dim;
   const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hd;
   const int64_t kv_dim = static_cast<int64_t>(hp_.n_head_kv) * hd;
@@ -173,11 +200,6 @@ void CpuExecutor::AttentionLayer(int il, int a_idx, std::span<const SequenceInpu
   float* kk = f + at.attn_k;       // [T][kv_dim]
   float* vv = f + at.attn_v;
   float* ao = f + at.attn_out;  // [T][q_dim]
-  const float* h = f + at.normed;
-
-  Project(ctx, h, total,
-          {{&L.attn_q, qg, 2 * q_dim}, {&L.attn_k, kk, kv_dim}, {&L.attn_v, vv, kv_dim}});
-
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SeqSpan& sp = spans[s];
     CpuState& st = static_cast<CpuState&>(*seqs[s].state);
@@ -233,19 +255,30 @@ void CpuExecutor::AttentionLayer(int il, int a_idx, std::span<const SequenceInpu
     a.causal = seqs[s].kind == PassKind::kCausal;
     kernels::Attention(a, pool);
   }
+}
+
+void CpuExecutor::AttentionOut(int il, int64_t r0, int64_t n, RowScratch& s,
+                               CpuContext& ctx) const {
+  const LayerWeights& L = w_.layers[il];
+  float* f = ctx.f_.data();
+  const auto& at = ctx.at_;
+  const int64_t hd = hp_.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hd;
+  float* qg = f + at.attn_q_gate + r0 * 2 * q_dim;
+  float* ao = f + at.attn_out + r0 * q_dim;
   // Output gate: o *= sigmoid(gate), the gate being the second half of each head's q rows.
-  for (int64_t t = 0; t < total; ++t) {
+  for (int64_t t = 0; t < n; ++t) {
     for (int head = 0; head < hp_.n_head; ++head) {
       float* gate = qg + t * 2 * q_dim + head * 2 * hd + hd;
       kernels::Sigmoid(gate, gate, hd);
       kernels::Mul(ao + t * q_dim + head * hd, gate, ao + t * q_dim + head * hd, hd);
     }
   }
-  kernels::Activations& x = Prepare(ctx.acts_main_, L.attn_output.type, ao, total, q_dim, q_dim);
-  kernels::MatMul(L.attn_output, x, f + at.block_out, E, pool);
+  kernels::Activations& x = Prepare(s.acts_main, L.attn_output.type, ao, n, q_dim, q_dim);
+  kernels::MatMul(L.attn_output, x, f + at.block_out + r0 * hp_.n_embd, hp_.n_embd, *pool_);
 }
 
-void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
+void CpuExecutor::MoeLayer(int il, int64_t r0, int64_t T, RowScratch& s, CpuContext& ctx) const {
   ThreadPool& pool = *pool_;
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
@@ -255,19 +288,21 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
   const int k = hp_.n_expert_used;
   const int n_expert = hp_.n_expert;
   const int64_t n_ff = std::max(hp_.n_ff_exp, hp_.n_ff_shexp);  // row stride of hg / hu
-  const float* h = f + at.normed;
-  float* router = f + at.router_logits;
-  float* topk_w = f + at.expert_weights;
-  int32_t* topk_ids = iv + at.expert_ids;
-  int32_t* rows_x = iv + at.rows_x;
-  int32_t* rows_y = iv + at.rows_y;
-  int32_t* counts = iv + at.expert_counts;
-  int32_t* offsets = iv + at.expert_offsets;
-  float* hg = f + at.expert_gate;  // [T*k routed rows | T shared rows][n_ff]
-  float* hu = f + at.expert_up;
-  float* down = f + at.expert_down;  // [T*k][E]
-  float* sh = f + at.shared_down;    // [T][E]
-  float* cur = f + at.block_out;
+  // Rows [r0, r0 + T) of the pass; every buffer below is this block's own slice, indexed from 0
+  // (the routed and shared rows of hg / hu: [T*k routed | T shared] within the block's slice).
+  const float* h = f + at.normed + r0 * E;
+  float* router = f + at.router_logits + r0 * n_expert;
+  float* topk_w = f + at.expert_weights + r0 * k;
+  int32_t* topk_ids = iv + at.expert_ids + r0 * k;
+  int32_t* rows_x = iv + at.rows_x + r0 * k;
+  int32_t* rows_y = iv + at.rows_y + r0 * k;
+  int32_t* counts = s.counts.data();
+  int32_t* offsets = s.offsets.data();
+  float* hg = f + at.expert_gate + r0 * (k + 1) * n_ff;
+  float* hu = f + at.expert_up + r0 * (k + 1) * n_ff;
+  float* down = f + at.expert_down + r0 * k * E;  // [T*k][E]
+  float* sh = f + at.shared_down + r0 * E;        // [T][E]
+  float* cur = f + at.block_out + r0 * E;
   const bool shared = hp_.n_expert_shared > 0;
 
   bool prepared[5] = {false, false, false, false, false};
@@ -275,28 +310,30 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
                                    &L.ffn_gate_shexp, &L.ffn_up_shexp}) {
     if (!m->data) continue;
     const int fi = static_cast<int>(kernels::ActFormatFor(m->type));
-    if (!prepared[fi]) Prepare(ctx.acts_main_, m->type, h, T, E, E);
+    if (!prepared[fi]) Prepare(s.acts_main, m->type, h, T, E, E);
     prepared[fi] = true;
   }
   auto acts = [&](std::vector<kernels::Activations>& v, const kernels::Matrix& m) {
     return &v[static_cast<int>(kernels::ActFormatFor(m.type))];
   };
-  kernels::MatMul(L.ffn_gate_inp, *acts(ctx.acts_main_, L.ffn_gate_inp), router, n_expert, pool);
+  kernels::MatMul(L.ffn_gate_inp, *acts(s.acts_main, L.ffn_gate_inp), router, n_expert, pool);
 
   // Route: softmax, top-k, renormalize; then group (token, slot) pairs by expert.
   std::fill(counts, counts + n_expert, 0);
   for (int64_t t = 0; t < T; ++t) {
-    const int32_t anchor = ctx.anchor_row_[static_cast<size_t>(t)];
+    const int32_t anchor = ctx.anchor_row_[static_cast<size_t>(r0 + t)];
     if (anchor < 0) {
       kernels::TopKSoftmax(router + t * n_expert, n_expert, k, topk_ids + t * k, topk_w + t * k);
     } else {
       // Expert budget (SequenceInput::expert_anchor_rows): the experts outside the anchor rows'
       // selection get -inf, so the softmax, top-k and renormalization run inside that set
-      // (at least k experts: one anchor row selects k distinct ones).
+      // (at least k experts: one anchor row selects k distinct ones). Run keeps a sequence
+      // with anchors in one block, so the anchor rows are this block's.
       std::array<float, 1024> masked;
       std::array<uint8_t, 1024> allowed{};
-      const int64_t n_anchor = ctx.anchor_n_[static_cast<size_t>(t)];
-      for (int64_t a = anchor; a < anchor + n_anchor; ++a) {
+      const int64_t a0 = anchor - r0;
+      const int64_t n_anchor = ctx.anchor_n_[static_cast<size_t>(r0 + t)];
+      for (int64_t a = a0; a < a0 + n_anchor; ++a) {
         for (int j = 0; j < k; ++j) allowed[static_cast<size_t>(topk_ids[a * k + j])] = 1;
       }
       for (int e = 0; e < n_expert; ++e) {
@@ -311,9 +348,8 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
   offsets[0] = 0;
   for (int e = 0; e < n_expert; ++e) {
     offsets[e + 1] = offsets[e] + counts[e];
-    ctx.mutable_counters().experts_used += counts[e] > 0;
+    s.used[static_cast<size_t>(e)] = counts[e] > 0;
   }
-  ++ctx.mutable_counters().moe_layers;
   std::fill(counts, counts + n_expert, 0);
   for (int64_t t = 0; t < T; ++t) {
     for (int j = 0; j < k; ++j) {
@@ -323,16 +359,15 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
       rows_y[at_e] = static_cast<int32_t>(t * k + j);
     }
   }
-
   // gate and up of every selected expert (and the shared expert) in one parallel region.
-  auto& jobs = ctx.jobs_;
+  auto& jobs = s.jobs;
   jobs.clear();
   for (int e = 0; e < n_expert; ++e) {
     const int32_t n = offsets[e + 1] - offsets[e];
     if (n == 0) continue;
     for (auto [tensor, out] : {std::pair{&L.ffn_gate_exps, hg}, std::pair{&L.ffn_up_exps, hu}}) {
       jobs.push_back({.w = tensor->Expert(e),
-                      .x = acts(ctx.acts_main_, tensor->first),
+                      .x = acts(s.acts_main, tensor->first),
                       .n_rows = n,
                       .x_rows = rows_x + offsets[e],
                       .y = out,
@@ -342,11 +377,8 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
   }
   if (shared) {
     for (auto [m, out] : {std::pair{&L.ffn_gate_shexp, hg}, std::pair{&L.ffn_up_shexp, hu}}) {
-      jobs.push_back({.w = *m,
-                      .x = acts(ctx.acts_main_, *m),
-                      .n_rows = T,
-                      .y = out + T * k * n_ff,
-                      .ldy = n_ff});
+      jobs.push_back(
+          {.w = *m, .x = acts(s.acts_main, *m), .n_rows = T, .y = out + T * k * n_ff, .ldy = n_ff});
     }
   }
   kernels::MatMul(jobs, pool);
@@ -361,7 +393,7 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
 
   // down projections: routed rows (t*k + slot) in place, shared rows into sh.
   kernels::Activations& a_ff =
-      Prepare(ctx.acts_ff_, L.ffn_down_exps.first.type, hg, T * k, hp_.n_ff_exp, n_ff);
+      Prepare(s.acts_ff, L.ffn_down_exps.first.type, hg, T * k, hp_.n_ff_exp, n_ff);
   jobs.clear();
   for (int e = 0; e < n_expert; ++e) {
     const int32_t n = offsets[e + 1] - offsets[e];
@@ -376,7 +408,7 @@ void CpuExecutor::MoeLayer(int il, int64_t T, CpuContext& ctx) const {
   }
   if (shared) {
     kernels::Activations& a_sh =
-        Prepare(ctx.acts_main_, L.ffn_down_shexp.type, hg + T * k * n_ff, T, hp_.n_ff_shexp, n_ff);
+        Prepare(s.acts_main, L.ffn_down_shexp.type, hg + T * k * n_ff, T, hp_.n_ff_shexp, n_ff);
     jobs.push_back({.w = L.ffn_down_shexp, .x = &a_sh, .n_rows = T, .y = sh, .ldy = E});
   }
   kernels::MatMul(jobs, pool);

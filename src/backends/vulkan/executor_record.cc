@@ -1,5 +1,6 @@
-// The recorded forward pass of the Vulkan executor: src/model/model.cc (Forward, Output) and
-// src/model/layers.cc (GdnLayer, AttentionLayer, MoeLayer) op for op, on device buffers. The
+// The recorded forward pass of the Vulkan executor: the CPU executor's src/backends/cpu/executor.cc
+// (Run, Output) and layers.cc (GdnIn/Core/Out, AttentionIn/Core/Out, MoeLayer) op for op, on
+// device buffers. The
 // residual adds are fused into the following RMSNorm (RmsNorm kAdd), which computes the same
 // x + cur then norm as the CPU's Add and RmsNorm.
 #include <algorithm>
