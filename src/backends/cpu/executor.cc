@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -73,7 +75,7 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
   const bool rows =
       options.row_split == RowSplit::kRows ||
       (options.row_split == RowSplit::kAuto && max_layer_bytes <= kRowSplitMaxLayerBytes);
-  row_parts_ = rows ? pool_->size() : 1;
+  row_parts_ = rows ? std::min(pool_->size(), kMaxRowParts) : 1;
   if (rows && pool_->size() > 1) {
     logger_.Info("multi-row passes split by rows across {} threads (largest layer {:.2f} MiB)",
                  pool_->size(), max_layer_bytes / 1048576.0);
@@ -152,12 +154,13 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   i_.assign(ioff, 0);
 
   // Part 0 runs whole passes (and the head: up to R rows); the others only row blocks of
-  // row-split passes (docs/decoding.md), at most ceil(T / 2) rows each.
+  // row-split passes (docs/decoding.md): at most ceil(T / 2) rows each, or 3/4 of T for the
+  // second of two blocks.
   const int64_t main_in = std::max({hp.n_embd, hp.ssm_d_inner, q_dim, hp.n_ff_shexp});
   parts_.resize(static_cast<size_t>(executor.row_parts()));
   for (size_t p = 0; p < parts_.size(); ++p) {
     RowScratch& s = parts_[p];
-    const int64_t rows = p == 0 ? T : (T + 1) / 2;
+    const int64_t rows = p == 0 ? T : T - T / 4;
     s.acts_main.resize(5);
     s.acts_ff.resize(5);
     for (kernels::ActFormat f : executor.activation_formats()) {
@@ -176,6 +179,12 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   head_y_rows_.assign(static_cast<size_t>(logit_rows), 0);
   anchor_row_.assign(static_cast<size_t>(T), -1);
   anchor_n_.assign(static_cast<size_t>(T), 0);
+}
+
+void CpuContext::set_row_block_cost(int part, double seconds_per_row) {
+  Check(part >= 0 && part < static_cast<int>(parts_.size()) && seconds_per_row > 0.0,
+        "set_row_block_cost: no row block {} or a cost <= 0", part);
+  parts_[static_cast<size_t>(part)].cost = seconds_per_row;
 }
 
 int64_t CpuContext::n_logit_rows(int s) const {
@@ -315,13 +324,32 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   for (const SequenceInput& in : seqs) anchors |= in.expert_anchor_rows > 0;
   const int64_t n_blocks =
       observer || anchors ? 1 : std::clamp<int64_t>(total / kMinRowsPerPart, 1, row_parts_);
+  // Block p takes rows [bound[p], bound[p + 1]). Two blocks share the rows in inverse
+  // proportion to their measured time per row (RowScratch::cost; within [1/4, 3/4] of the rows):
+  // the worker's block reads rows the calling thread wrote in the parts that mix rows, which
+  // takes longer when the two cores share no cache, so equal blocks would wait for it. More
+  // blocks split evenly. Any partition gives the same bits.
+  std::array<int64_t, kMaxRowParts + 1> bound{};
+  for (int64_t p = 0; p <= n_blocks; ++p) bound[p] = p * total / n_blocks;
+  if (n_blocks == 2 && ctx.parts_[0].cost > 0.0 && ctx.parts_[1].cost > 0.0) {
+    const double share0 = ctx.parts_[1].cost / (ctx.parts_[0].cost + ctx.parts_[1].cost);
+    bound[1] = std::clamp<int64_t>(std::llround(share0 * static_cast<double>(total)), total / 4,
+                                   total - total / 4);
+  }
   auto rows_phase = [&](auto&& fn) {
     if (n_blocks == 1) return fn(int64_t{0}, total, ctx.parts_[0]);
     pool_->RunOnEachThread([&](int p) {
       if (p >= n_blocks) return;
-      const int64_t r0 = p * total / n_blocks, r1 = (p + 1) * total / n_blocks;
-      fn(r0, r1 - r0, ctx.parts_[static_cast<size_t>(p)]);
+      RowScratch& s = ctx.parts_[static_cast<size_t>(p)];
+      const auto start = std::chrono::steady_clock::now();
+      fn(bound[p], bound[p + 1] - bound[p], s);
+      s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });
+    for (int64_t p = 0; p < n_blocks; ++p) {
+      RowScratch& s = ctx.parts_[static_cast<size_t>(p)];
+      const double per_row = s.seconds / static_cast<double>(bound[p + 1] - bound[p]);
+      s.cost = s.cost == 0.0 ? per_row : 0.8 * s.cost + 0.2 * per_row;
+    }
   };
   for (int il = first_layer; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[il];

@@ -37,6 +37,8 @@ struct CpuOptions {
 
 /// kAuto's limit on one layer's weights (dense matrices + every expert) for splitting by rows.
 inline constexpr size_t kRowSplitMaxLayerBytes = size_t{2} << 20;
+/// Row blocks one pass may run at once (threads beyond it wait out the row phases).
+inline constexpr int kMaxRowParts = 64;
 
 class CpuExecutor;
 
@@ -50,6 +52,9 @@ class CpuContext final : public model::ForwardContext {
   CpuContext(const CpuExecutor& executor, const model::ContextOptions& options);
   std::span<const float> logits(int s) const override;
   int64_t n_logit_rows(int s) const override;
+  /// Tests: sets row block `part`'s measured time per row, from which the next row-split pass
+  /// divides its rows between two blocks. Throws crossword::Error for a part this context lacks.
+  void set_row_block_cost(int part, double seconds_per_row);
 
  private:
   friend class CpuExecutor;
@@ -64,6 +69,8 @@ class CpuContext final : public model::ForwardContext {
     std::vector<kernels::MatMulJob> jobs;  // capacity reserved: 2 * n_expert + 4
     std::vector<int32_t> counts, offsets;  // [n_expert], [n_expert + 1]
     std::vector<uint8_t> used;             // [n_expert]
+    double seconds = 0.0;                  // this block's time in the last row phase
+    double cost = 0.0;  // seconds per row, decayed 0.8 per phase (0: not measured yet)
   };
 
   std::vector<float> f_;  // one arena for every float buffer

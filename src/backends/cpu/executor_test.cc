@@ -427,7 +427,15 @@ TEST(CpuExecutor, RowSplitPassesGiveTheColumnSplitBits) {
       EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
       EXPECT_EQ(rows.ctx->experts_used(), cols.ctx->experts_used());
     };
+    // Each pass divides its rows differently: evenly, then 3/4 and 1/4 to the first block.
+    auto& rows_ctx = static_cast<backends::cpu::CpuContext&>(*rows.ctx);
+    int pass = 0;
     auto both = [&](std::span<SequenceInput> a, std::span<SequenceInput> b, const char* what) {
+      if (pass > 0) {
+        rows_ctx.set_row_block_cost(0, pass % 2 ? 1.0 : 3.0);
+        rows_ctx.set_row_block_cost(1, pass % 2 ? 3.0 : 1.0);
+      }
+      ++pass;
       rows.exec->Forward(a, *rows.ctx);
       cols.exec->Forward(b, *cols.ctx);
       same_pass(what);
