@@ -351,40 +351,50 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
       s.cost = s.cost == 0.0 ? per_row : 0.8 * s.cost + 0.2 * per_row;
     }
   };
-  for (int il = first_layer; il < hp_.n_layer; ++il) {
+  // A layer's row-independent work before its conv/recurrence or attention (In), and after it
+  // (Out, then the MoE). The Out part of layer il and the In part of layer il + 1 run in one
+  // row phase: one hand-off fewer per layer.
+  auto layer_in = [&](int il, int64_t r0, int64_t n, RowScratch& s) {
     const LayerWeights& L = w_.layers[il];
-    const bool gdn = L.is_recurrent();
-    rows_phase([&](int64_t r0, int64_t n, CpuContext::RowScratch& s) {
-      for (int64_t t = r0; t < r0 + n; ++t)
-        kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
-      emit("attn_norm", il, h, total, E);
-      if (gdn) {
-        GdnIn(il, r0, n, s, ctx);
-      } else {
-        AttentionIn(il, r0, n, s, ctx);
-      }
-    });
-    if (gdn) {
+    for (int64_t t = r0; t < r0 + n; ++t)
+      kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
+    emit("attn_norm", il, h, total, E);
+    if (L.is_recurrent()) {
+      GdnIn(il, r0, n, s, ctx);
+    } else {
+      AttentionIn(il, r0, n, s, ctx);
+    }
+  };
+  auto layer_out = [&](int il, int64_t r0, int64_t n, RowScratch& s) {
+    const LayerWeights& L = w_.layers[il];
+    if (L.is_recurrent()) {
+      GdnOut(il, r0, n, s, ctx);
+    } else {
+      AttentionOut(il, r0, n, s, ctx);
+    }
+    emit(L.is_recurrent() ? "gdn_out" : "attn_out", il, cur, total, E);
+    kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
+    emit("ffn_inp", il, x, total, E);
+    for (int64_t t = r0; t < r0 + n; ++t)
+      kernels::RmsNorm(x + t * E, L.post_attention_norm.data(), h + t * E, E, hp_.rms_eps);
+    emit("ffn_norm", il, h, total, E);
+    MoeLayer(il, r0, n, s, ctx);
+    emit("ffn_out", il, cur, total, E);
+    kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
+    emit("l_out", il, x, total, E);
+  };
+  if (first_layer < hp_.n_layer) {
+    rows_phase([&](int64_t r0, int64_t n, RowScratch& s) { layer_in(first_layer, r0, n, s); });
+  }
+  for (int il = first_layer; il < hp_.n_layer; ++il) {
+    if (w_.layers[il].is_recurrent()) {
       GdnCore(il, layer_slot_[il], lp, lsp, ctx);
     } else {
       AttentionCore(il, layer_slot_[il], lp, lsp, ctx);
     }
-    rows_phase([&](int64_t r0, int64_t n, CpuContext::RowScratch& s) {
-      if (gdn) {
-        GdnOut(il, r0, n, s, ctx);
-      } else {
-        AttentionOut(il, r0, n, s, ctx);
-      }
-      emit(gdn ? "gdn_out" : "attn_out", il, cur, total, E);
-      kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
-      emit("ffn_inp", il, x, total, E);
-      for (int64_t t = r0; t < r0 + n; ++t)
-        kernels::RmsNorm(x + t * E, L.post_attention_norm.data(), h + t * E, E, hp_.rms_eps);
-      emit("ffn_norm", il, h, total, E);
-      MoeLayer(il, r0, n, s, ctx);
-      emit("ffn_out", il, cur, total, E);
-      kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
-      emit("l_out", il, x, total, E);
+    rows_phase([&](int64_t r0, int64_t n, RowScratch& s) {
+      layer_out(il, r0, n, s);
+      if (il + 1 < hp_.n_layer) layer_in(il + 1, r0, n, s);
     });
     // Distinct experts of the layer over all blocks (PassCounters::experts_used).
     for (int e = 0; e < hp_.n_expert; ++e) {
