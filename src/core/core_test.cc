@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -98,6 +99,47 @@ TEST(ThreadPool, RunOnEachThreadAndNesting) {
   });
   EXPECT_EQ(mask.load(), 3);
   EXPECT_EQ(inner.load(), 20);
+}
+
+// A task that throws, on a worker or on the calling thread, in ParallelFor or RunOnEachThread:
+// the issuing call rethrows it once every thread has left the loop, and the pool keeps working
+// (every later task runs, on every thread).
+TEST(ThreadPool, AnExceptionInATaskReachesTheCaller) {
+  ThreadPool pool(2);
+  for (int rep = 0; rep < 50; ++rep) {
+    const int thrower = rep % 2;
+    std::atomic<int> done{0};
+    EXPECT_THROW(pool.RunOnEachThread([&](int thread) {
+      if (thread == thrower) throw std::runtime_error("task failed");
+      done.fetch_add(1);
+    }),
+                 std::runtime_error);
+    EXPECT_EQ(done.load(), 1);  // the other thread's task ran to its end
+    EXPECT_THROW(pool.ParallelFor(100,
+                                  [&](int64_t task, int) {
+                                    if (task == 37) throw std::runtime_error("task 37 failed");
+                                  }),
+                 std::runtime_error);
+    std::atomic<int> mask{0};
+    std::vector<std::atomic<int>> hits(64);
+    pool.RunOnEachThread([&](int thread) { mask.fetch_or(1 << thread); });
+    pool.ParallelFor(64, [&](int64_t task, int) { hits[task].fetch_add(1); });
+    EXPECT_EQ(mask.load(), 3);
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+}
+
+// RunOnEachThread nested in a task calls fn for every thread index, on the calling thread.
+TEST(ThreadPool, NestedRunOnEachThreadCallsEveryIndex) {
+  ThreadPool pool(3);
+  std::atomic<int> calls{0};
+  pool.ParallelFor(4, [&](int64_t, int) {
+    int mask = 0;
+    pool.RunOnEachThread([&](int thread) { mask |= 1 << thread; });
+    EXPECT_EQ(mask, 7);
+    calls.fetch_add(1);
+  });
+  EXPECT_EQ(calls.load(), 4);
 }
 
 }  // namespace

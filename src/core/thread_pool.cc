@@ -1,6 +1,8 @@
 // ThreadPool: generation counter + atomic task counter; spin-then-wait workers.
 #include "core/thread_pool.h"
 
+#include <mutex>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -56,25 +58,37 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::Work(int thread) {
-  if (per_thread_) {
-    call_(ctx_, thread, thread);
-    return;
-  }
-  for (;;) {
-    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
-    call_(ctx_, task, thread);
+  try {
+    if (per_thread_) {
+      call_(ctx_, thread, thread);
+      return;
+    }
+    for (;;) {
+      const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+      if (task >= n_tasks_) break;
+      call_(ctx_, task, thread);
+    }
+  } catch (...) {
+    // The first error of the job goes to the caller (Dispatch rethrows it once every thread is
+    // done); no further task is handed out.
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (!error_) error_ = std::current_exception();
+    failed_.store(true, std::memory_order_relaxed);
+    next_task_.store(n_tasks_, std::memory_order_relaxed);
   }
 }
 
 void ThreadPool::Dispatch(CallFn call, void* ctx, int64_t n_tasks, bool per_thread) {
   if (n_tasks <= 0) return;
   bool expected = false;
-  if (n_threads_ == 1 || (!per_thread && n_tasks == 1) ||
+  // (The plain load first: nested calls from both threads at once would otherwise bounce the
+  // flag's cache line between the cores with every failing compare-exchange.)
+  if (n_threads_ == 1 || (!per_thread && n_tasks == 1) || in_job_.load(std::memory_order_relaxed) ||
       !in_job_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
-    // Single thread, trivial job, or a nested call from inside a task: run inline.
+    // Single thread, trivial job, or a nested call from inside a task: run inline, every task
+    // (every thread index for RunOnEachThread) on this thread, in order.
     if (per_thread) {
-      call(ctx, 0, 0);
+      for (int t = 0; t < n_threads_; ++t) call(ctx, t, t);
     } else {
       for (int64_t i = 0; i < n_tasks; ++i) call(ctx, i, 0);
     }
@@ -90,7 +104,14 @@ void ThreadPool::Dispatch(CallFn call, void* ctx, int64_t n_tasks, bool per_thre
   generation_.notify_all();
   Work(0);
   WaitUntil(busy_workers_, [this] { return busy_workers_.load(std::memory_order_acquire) == 0; });
+  std::exception_ptr error;
+  if (failed_.load(std::memory_order_relaxed)) {  // ordered by busy_workers_'s acquire above
+    std::lock_guard<std::mutex> lock(error_mu_);
+    error.swap(error_);
+    failed_.store(false, std::memory_order_relaxed);
+  }
   in_job_.store(false, std::memory_order_release);
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::WorkerLoop(int thread) {

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -13,8 +15,10 @@ namespace crossword {
 
 /// Runs data-parallel loops on `n_threads` threads (the caller plus n_threads-1 workers).
 /// Workers spin briefly after a job and then sleep, so an idle pool costs no CPU.
-/// Not reentrant: a ParallelFor issued from inside a task runs inline on that thread.
-/// Dispatch does not allocate.
+/// Not reentrant: a ParallelFor or RunOnEachThread issued from inside a task runs inline on that
+/// thread. An exception thrown by a task on any thread is rethrown by the call that issued the
+/// loop, after every thread has left it (the first one; no further task starts); the pool stays
+/// usable. Dispatch does not allocate.
 class ThreadPool {
  public:
   /// `n_threads` >= 1 (values < 1 are treated as 1).
@@ -50,7 +54,8 @@ class ThreadPool {
   }
   static constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 
-  /// Calls fn(thread) once on each thread, thread in [0, size()). Use for static partitions.
+  /// Calls fn(thread) once for each thread index in [0, size()), each on its own thread (nested
+  /// in a task: all on the calling thread, in order). Use for static partitions.
   template <class F>
   void RunOnEachThread(F&& fn) {
     using Fn = std::remove_reference_t<F>;
@@ -77,6 +82,9 @@ class ThreadPool {
   alignas(64) std::atomic<int> busy_workers_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> in_job_{false};
+  std::mutex error_mu_;       // guards error_ (taken only when a task has thrown)
+  std::exception_ptr error_;  // the job's first exception
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace crossword

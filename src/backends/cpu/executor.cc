@@ -78,7 +78,7 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
   row_parts_ = rows ? std::min(pool_->size(), kMaxRowParts) : 1;
   if (rows && pool_->size() > 1) {
     logger_.Info("multi-row passes split by rows across {} threads (largest layer {:.2f} MiB)",
-                 pool_->size(), max_layer_bytes / 1048576.0);
+                 row_parts_, max_layer_bytes / 1048576.0);
   }
 }
 
@@ -154,13 +154,13 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   i_.assign(ioff, 0);
 
   // Part 0 runs whole passes (and the head: up to R rows); the others only row blocks of
-  // row-split passes (docs/decoding.md): at most ceil(T / 2) rows each, or 3/4 of T for the
-  // second of two blocks.
+  // row-split passes (docs/decoding.md): the second of two blocks up to 3/4 of T, and with 3+
+  // blocks (an even split) at most ceil(T / 3) each.
   const int64_t main_in = std::max({hp.n_embd, hp.ssm_d_inner, q_dim, hp.n_ff_shexp});
   parts_.resize(static_cast<size_t>(executor.row_parts()));
   for (size_t p = 0; p < parts_.size(); ++p) {
     RowScratch& s = parts_[p];
-    const int64_t rows = p == 0 ? T : T - T / 4;
+    const int64_t rows = p == 0 ? T : p == 1 ? T - T / 4 : (T + 2) / 3;
     s.acts_main.resize(5);
     s.acts_ff.resize(5);
     for (kernels::ActFormat f : executor.activation_formats()) {

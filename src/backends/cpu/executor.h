@@ -64,7 +64,7 @@ class CpuContext final : public model::ForwardContext {
   // What one block of rows needs of its own while threads run blocks side by side: activation
   // buffers (indexed by ActFormat), product jobs, the MoE's per-expert grouping, and which
   // experts its rows selected in the current layer. parts_[0] also serves whole-pass work.
-  struct RowScratch {
+  struct alignas(64) RowScratch {  // (64: blocks write their own timings, on their own lines)
     std::vector<kernels::Activations> acts_main, acts_ff;
     std::vector<kernels::MatMulJob> jobs;  // capacity reserved: 2 * n_expert + 4
     std::vector<int32_t> counts, offsets;  // [n_expert], [n_expert + 1]

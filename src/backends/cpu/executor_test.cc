@@ -54,13 +54,14 @@ struct Runner {
   std::unique_ptr<ForwardContext> ctx;
 
   explicit Runner(const std::string& path, int max_seqs = 2,
-                  CpuOptions::RowSplit split = CpuOptions::RowSplit::kAuto) {
+                  CpuOptions::RowSplit split = CpuOptions::RowSplit::kAuto, int threads = 2) {
     LoadOptions lo;
     lo.logger = Logger::Silent();
     model = Model::Load(path, lo);
     exec = std::make_unique<CpuExecutor>(
         model,
-        CpuOptions{.threads = 2, .repack = true, .row_split = split, .logger = Logger::Silent()});
+        CpuOptions{
+            .threads = threads, .repack = true, .row_split = split, .logger = Logger::Silent()});
     ContextOptions co;
     co.max_tokens = 256;
     co.max_seqs = max_seqs;
@@ -475,6 +476,25 @@ TEST(CpuExecutor, RowSplitPassesGiveTheColumnSplitBits) {
     const auto next = RandomTokens(20, 64, 1500);
     SequenceInput na{a.get(), next}, nb{b.get(), next};
     both({&na, 1}, {&nb, 1}, "after the fused pass");
+  }
+}
+
+// Three threads: up to three blocks, split evenly (48 rows: 16 each; 41: 13, 14, 14; 24 and 17
+// rows: two blocks), each a causal pass from an empty state, bit for bit the column split.
+TEST(CpuExecutor, RowSplitWithThreeBlocksGivesTheColumnSplitBits) {
+  const std::string path = Synth("fuse_Q4_0.gguf", "clover_moe", "official", "Q4_0");
+  Runner rows(path, 2, CpuOptions::RowSplit::kRows, 3);
+  Runner cols(path, 2, CpuOptions::RowSplit::kColumns, 3);
+  ASSERT_EQ(rows.exec->row_parts(), 3);
+  for (int n : {48, 41, 24, 17}) {
+    SCOPED_TRACE(n);
+    const auto toks = RandomTokens(n, 70 + n, 1500);
+    auto a = rows.State(), b = cols.State();
+    const auto x = rows.Run(*a, toks), y = cols.Run(*b, toks);
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+    EXPECT_EQ(rows.ctx->experts_used(), cols.ctx->experts_used());
+    EXPECT_EQ(GdnBytes(*a, rows.model->hparams()), GdnBytes(*b, cols.model->hparams()));
   }
 }
 
