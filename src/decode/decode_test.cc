@@ -494,14 +494,23 @@ TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
   EXPECT_EQ(cheap.Next(15), 15);
   EXPECT_EQ(cheap.Next(3), 3);
   // The embedded model's curve (a 16-row pass ~6.5 AR steps) with 0.9 acceptance: no draft
-  // length pays (best ~0.8 tokens per AR step), so rounds are AR steps, with a probe every
-  // kProbeEvery rounds.
+  // length pays (best ~0.8 tokens per AR step), so rounds are AR steps, with probes after 8,
+  // 16, 32, then every 64 rounds (the probes find what they found before).
   DraftControl dear;
   feed(dear, 0.37, 0.9, 30);
   EXPECT_LT(dear.Rate(4), 1.0);
-  int drafting = 0;
-  for (int r = 0; r < 4 * DraftControl::kProbeEvery; ++r) drafting += dear.Next(15) > 0;
-  EXPECT_EQ(drafting, 4);
+  std::vector<int> probes;
+  for (int r = 1; r <= 200; ++r) {
+    if (dear.Next(15) > 0) probes.push_back(r);
+  }
+  EXPECT_EQ(probes, (std::vector<int>{8, 24, 56, 120, 184}));
+  // A round that drafts by choice brings the interval back to kProbeEvery.
+  feed(dear, 0.02, 1.0, 30);
+  EXPECT_GT(dear.Next(15), 0);
+  feed(dear, 0.37, 0.9, 30);
+  int first = 0;
+  for (int r = 1; first == 0 && r <= 100; ++r) first = dear.Next(15) > 0 ? r : 0;
+  EXPECT_EQ(first, DraftControl::kProbeEvery);
   // In between: a moderate curve picks a short draft.
   DraftControl mid;
   feed(mid, 0.1, 0.8, 30);

@@ -55,7 +55,12 @@ int DraftControl::Next(int max_drafts) {
       best = d;
     }
   }
-  if (best == 0 && ++no_draft_rounds_ >= kProbeEvery) best = best_drafting;
+  if (best > 0) {
+    probe_every_ = kProbeEvery;
+  } else if (++no_draft_rounds_ >= probe_every_) {
+    best = best_drafting;
+    probe_every_ = std::min(2 * probe_every_, kMaxProbeEvery);
+  }
   if (best > 0) no_draft_rounds_ = 0;
   return best;
 }

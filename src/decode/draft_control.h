@@ -25,8 +25,11 @@ class DraftControl {
   /// Prior relative cost of each extra row: (c(T) / c(1) - 1) / (T - 1), measured on the
   /// embedded model (0.37 at 16 rows) and the 4-layer real-width file (0.32 at 32 rows).
   static constexpr double kPriorSlope = 0.35;
-  /// After this many rounds in a row without drafts, one round drafts again to re-measure.
-  static constexpr int kProbeEvery = 8;
+  /// After this many rounds in a row without drafts, one round drafts again to re-measure (a
+  /// probe). Each probe after which drafting still does not pay doubles the interval, up to
+  /// kMaxProbeEvery (a probe costs two passes of the best draft length for the tokens of about
+  /// one AR round when its drafts are rejected); a round that drafts by choice resets it.
+  static constexpr int kProbeEvery = 8, kMaxProbeEvery = 64;
   /// Weight of older observations per new one (exponential forgetting).
   static constexpr double kDecay = 0.9;
 
@@ -49,6 +52,7 @@ class DraftControl {
   double hits_ = 0, trials_ = 0;    // accepted drafts, compared drafts (decayed)
   std::array<double, kMaxRows + 1> sum_{}, n_{};  // seconds and counts per row count (decayed)
   int no_draft_rounds_ = 0;
+  int probe_every_ = kProbeEvery;
 };
 
 }  // namespace crossword::decode
