@@ -365,6 +365,38 @@ TEST(SpecEqualsAr, AutoDraftLengths) {
               static_cast<long long>(rounds));
 }
 
+// `--draft-max auto` learns pass times only for greedy requests: a sampled request's draft
+// lengths (which decide its random draws) follow its tokens, so a seed reproduces it.
+TEST(SpecAuto, SampledRequestsKeepThePriorCostCurve) {
+  Fixture f(SynthTiny("spec_Q4_0.gguf", 3, "Q4_0"));
+  const int32_t mask = f.model->hparams().n_vocab - 1;
+  std::vector<int32_t> prompt(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + 37 * i);
+  DecodeParams p = Params(Mode::kSpec, 16, 0.95f, 48, {1600, 1602}, mask);
+  p.draft_auto = true;
+  model::ContextOptions co;
+  co.max_tokens = 256;
+  co.max_logit_rows = 64;
+  auto ctx = f.exec->NewContext(co);
+  auto generate = [&](const DecodeParams& params) {
+    auto st = f.State(1024);
+    auto g = std::make_unique<Generation>(*f.model, *st, prompt, params, nullptr);
+    while (!g->done()) {
+      model::SequenceInput in = g->NextInput();
+      f.exec->Forward({&in, 1}, *ctx);
+      DeliverLogits(*g, *ctx, 0);
+    }
+    return std::pair{g->draft_control().RelativeCost(16), g->output()};
+  };
+  const double prior = 1.0 + 15 * DraftControl::kPriorSlope;
+  EXPECT_NE(generate(p).first, prior);  // greedy: the measured curve
+  p.sampling.temperature = 0.8f;
+  p.sampling.seed = 7;
+  const auto [cost, tokens] = generate(p);
+  EXPECT_DOUBLE_EQ(cost, prior);
+  EXPECT_EQ(generate(p).second, tokens);
+}
+
 // Fused passes (docs/decoding.md): a commit/verify pass that also runs the next block's first
 // pass changes no token, and each pass it saves is one the unfused run made with the same
 // result: the same output, commit/verify passes and spec acceptance (so the same drafts), and the

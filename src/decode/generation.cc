@@ -371,14 +371,14 @@ void Generation::AccountPass(double seconds) {
     case Phase::kDraft:
       ++stats_.denoise_passes;
       stats_.denoise_seconds += seconds;
-      if (params_.draft_auto) draft_control_.OnPass(static_cast<int64_t>(input_.size()), seconds);
+      if (TimesDrafts()) draft_control_.OnPass(static_cast<int64_t>(input_.size()), seconds);
       break;
     case Phase::kCommit:
     case Phase::kVerify:
       ++stats_.commit_passes;
       stats_.commit_seconds += seconds;
       if (tail_len_ > 0) ++stats_.fused_passes;
-      if (phase_ == Phase::kVerify && params_.draft_auto)
+      if (phase_ == Phase::kVerify && TimesDrafts())
         draft_control_.OnPass(static_cast<int64_t>(input_.size()), seconds);
       break;
     case Phase::kDone:

@@ -185,6 +185,8 @@ class Generation {
   bool done() const { return phase_ == Phase::kDone; }
   FinishReason finish_reason() const { return finish_; }
   const DecodeStats& stats() const { return stats_; }
+  /// The draft-length controller of `--draft-max auto` (tests: what it has measured).
+  const DraftControl& draft_control() const { return draft_control_; }
   const DecodeParams& params() const { return params_; }
   /// Emitted tokens so far.
   const std::vector<int32_t>& output() const { return output_; }
@@ -245,6 +247,11 @@ class Generation {
   // emitted before the end (length, sink) as accepted.
   bool EmitDraft(int32_t token, int64_t& accepted);
   void AccountPass(double seconds);
+  // Whether draft_control_ learns pass times. Only greedy requests: with sampling, the draft
+  // lengths decide which random draws speculative sampling makes, so timings would make a seeded
+  // request irreproducible; sampled requests keep DraftControl's prior cost curve, and their
+  // draft lengths follow their tokens only.
+  bool TimesDrafts() const { return params_.draft_auto && params_.sampling.greedy(); }
   // Tokens of a block started after `generated` tokens were emitted (spec: draft_max; the answer
   // limit; not draft_auto).
   int64_t BlockLen(int64_t generated) const;
