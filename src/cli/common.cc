@@ -182,8 +182,10 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
   cmd->add_option("--threshold", decoding.threshold,
                   "diffusion commit threshold (default: from the model, 0.95)");
   cmd->add_option("--draft-max", decoding.draft_max,
-                  "spec: drafts per round at most, [0, 255] (0: block size - 1; default 15), or "
-                  "auto: chosen per round from the acceptance and pass costs seen so far")
+                  fmt::format("spec: drafts per round at most, [0, 255] (0: block size - 1), or "
+                              "auto: chosen per round from the acceptance and pass costs seen so "
+                              "far (default {})",
+                              serve ? "auto" : "15"))
       ->transform(CountOrAuto("draft-max", 255, decode::kDraftAuto));
   cmd->add_option(
       "--draft-p-min", decoding.draft_p_min,

@@ -64,6 +64,11 @@ void Serve(ServeFlags& f) {
   f.model.AddNotes(*f.notes);
   f.decode.CheckSampling();
   o.decoding = f.decode.decoding;
+  // The server's spec rounds pick their draft length (`--draft-max auto`, docs/decoding.md)
+  // unless --draft-max says otherwise: it never drafts where drafting does not pay on the
+  // device and model at hand (issue 18), and the server does not fuse passes, which need fixed
+  // draft lengths. `run` keeps 15 (it can fuse).
+  if (!o.decoding.draft_max) o.decoding.draft_max = decode::kDraftAuto;
   o.n_predict = f.decode.n_predict;
   o.no_dllm_biases = f.decode.no_dllm_biases;
   try {

@@ -24,6 +24,11 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
   assert.equal(d.crossword.threshold.toFixed(2), "0.90");
   // The spec settings, valued as a request's "crossword" object takes them.
   assert.equal(d.crossword.verify_chunk, "auto");
+  // The server picks spec draft lengths per round unless --draft-max says otherwise; /v1/models
+  // says the same.
+  assert.equal(d.crossword.draft_max, "auto");
+  const models = await get(srv.base, "/v1/models");
+  assert.equal(models.body.data[0].meta.draft_max, "auto");
   assert.equal(typeof d.crossword.draft_p_min, "number");
   assert.equal(d.crossword.draft_expert_budget, false);
   assert.equal(typeof body.chat_template, "string");
