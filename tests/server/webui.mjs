@@ -20,7 +20,9 @@ const { default: puppeteer } = await import(
 const artifacts = args.artifacts ?? path.join(args.oracles, "..", "artifacts");
 fs.mkdirSync(artifacts, { recursive: true });
 
-const srv = await startServer(["--api-key", "sk-page", "-c", "4096"]);
+// --draft-max 15: spec rounds that draft, whose drafts the block view colours (under the default
+// auto the tiny model's rounds mostly run no draft: a verify of the seed alone).
+const srv = await startServer(["--api-key", "sk-page", "-c", "4096", "--draft-max", "15"]);
 const bare = await startServer(["--no-webui"]);
 const browser = await puppeteer.launch({
   executablePath: chromium,
