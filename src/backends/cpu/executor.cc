@@ -318,12 +318,12 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   // Row blocks (CpuOptions::RowSplit): the layers' row-independent parts run as n_blocks blocks
   // side by side, the parts that mix rows (conv, recurrence, attention) over the whole batch.
   // Not with an observer (it sees whole tensors) or expert anchors (a mask row reads its anchor
-  // rows' routing), and only with kMinRowsPerPart rows per block: fewer do not pay the hand-off.
-  constexpr int64_t kMinRowsPerPart = 8;
+  // rows' routing), and only with kMinRowsPerBlock rows per block: fewer do not pay the hand-off.
+  constexpr int64_t kMinRowsPerBlock = 8;
   bool anchors = false;
   for (const SequenceInput& in : seqs) anchors |= in.expert_anchor_rows > 0;
   const int64_t n_blocks =
-      observer || anchors ? 1 : std::clamp<int64_t>(total / kMinRowsPerPart, 1, row_parts_);
+      observer || anchors ? 1 : std::clamp<int64_t>(total / kMinRowsPerBlock, 1, row_parts_);
   // Block p takes rows [bound[p], bound[p + 1]). Two blocks share the rows in inverse
   // proportion to their measured time per row (RowScratch::cost; within [1/4, 3/4] of the rows):
   // the worker's block reads rows the calling thread wrote in the parts that mix rows, which

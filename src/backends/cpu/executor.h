@@ -25,7 +25,7 @@ struct CpuOptions {
   bool repack = true;
   /// How a multi-row pass uses the pool (docs/decoding.md, "Row-split passes"). kRows: each
   /// thread runs the row-independent work of a layer (norms, products, the MoE) for its own block
-  /// of rows, one hand-off per layer half, instead of one per product; kColumns: every product
+  /// of rows, one hand-off per layer, instead of one per product; kColumns: every product
   /// splits its output columns across the threads (each weight read once per pass); kAuto:
   /// kRows when every layer's weights fit in about one core's L2 (kRowSplitMaxLayerBytes), where
   /// reading them once per thread costs nothing from memory and the per-product hand-offs
