@@ -49,11 +49,15 @@ def measure(binary: str, a: argparse.Namespace) -> dict[str, float]:
     )
     try:
         for _ in range(200):
+            if server.poll() is not None:
+                raise SystemExit(f"long_generation: {binary} serve exited with {server.returncode}")
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
                 break
             except OSError:
                 time.sleep(0.1)
+        else:
+            raise SystemExit(f"long_generation: {binary} serve did not answer /health in 20 s")
         out = {}
         for mode in ("ar", "spec", "diffusion"):
             rates = []
@@ -77,13 +81,18 @@ def measure(binary: str, a: argparse.Namespace) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("binaries", nargs="+")
-    ap.add_argument("--pairs", type=int, default=2)
-    ap.add_argument("--n-predict", type=int, default=256)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--draft-max", default="auto")
+    ap.add_argument("binaries", nargs="+", help="crossword binaries, measured alternately")
+    ap.add_argument("--pairs", type=int, default=2, help="rounds over the binaries (default 2)")
+    ap.add_argument("--n-predict", type=int, default=256, help="tokens per request (default 256)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of the 4 prompts (default 3)")
+    ap.add_argument("--threads", type=int, default=2, help="serve -t (default 2)")
+    ap.add_argument("--draft-max", default="auto", help="spec requests' draft_max: auto or 0-255")
     a = ap.parse_args()
+    if a.draft_max != "auto" and not (a.draft_max.isdigit() and int(a.draft_max) <= 255):
+        ap.error("--draft-max must be auto or an integer in [0, 255]")
+    for binary in a.binaries:
+        if not os.access(binary, os.X_OK):
+            ap.error(f"{binary} is not an executable file")
     for _ in range(a.pairs):
         for binary in a.binaries:
             o = measure(binary, a)
