@@ -3,6 +3,7 @@
 // Run: build/bench/kernels_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -153,6 +154,76 @@ BENCHMARK(BM_MatMul)
     // with tiles repacked per call and from the load-time copy.
     ->ArgsProduct({{3, 4, 6}, {1, 8, 32}, {2048}, {248320}, {2}, {0, 1}})
     ->ArgNames({"type", "rows", "n_in", "n_out", "threads", "packed"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The routed experts of one MoE layer at Clover widths (256 experts of gate and up 2048 -> 512
+// and down 512 -> 2048; 453 MB in Q4_0, so from DRAM): U distinct experts chosen at random each
+// iteration, each with `rows` activation rows, as two MatMul job lists (gate+up, then down) the
+// way the CPU executor's MoE layer issues them. U = 8 is an AR step, 57 an 8-row verify with a
+// random router (issue 18). GB/s counts the expert bytes read. Args: type, U, rows, threads.
+void BM_MoeExperts(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const int n_expert = 256, U = static_cast<int>(state.range(1));
+  const int64_t rows = state.range(2), n_embd = 2048, n_ff = 512;
+  const size_t rb_up = *RowBytes(type, n_embd), rb_down = *RowBytes(type, n_ff);
+  const size_t up_bytes = rb_up * n_ff, down_bytes = rb_down * n_embd;
+  const auto gate = MakeWeights(type, n_embd, n_ff * n_expert);
+  const auto up = MakeWeights(type, n_embd, n_ff * n_expert);
+  const auto down = MakeWeights(type, n_ff, n_embd * n_expert);
+  const auto x = MakeActs(rows * n_embd), xf = MakeActs(U * rows * n_ff);
+  std::vector<float> hg(U * rows * n_ff), hu(U * rows * n_ff), y(U * rows * n_embd);
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  Activations act, act_ff;
+  act.Reserve(rows, n_embd);
+  act_ff.Reserve(U * rows, n_ff);
+  PrepareActivations(type, x.data(), rows, n_embd, n_embd, act, pool);
+  PrepareActivations(type, xf.data(), U * rows, n_ff, n_ff, act_ff, pool);
+  std::vector<int32_t> ids(n_expert);
+  for (int e = 0; e < n_expert; ++e) ids[e] = e;
+  std::vector<int32_t> ff_rows(U * rows);
+  for (size_t i = 0; i < ff_rows.size(); ++i) ff_rows[i] = static_cast<int32_t>(i);
+  std::mt19937 rng(3);
+  std::vector<MatMulJob> jobs;
+  jobs.reserve(2 * U);
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::shuffle(ids.begin(), ids.end(), rng);
+    state.ResumeTiming();
+    jobs.clear();
+    for (int u = 0; u < U; ++u) {
+      const size_t e = static_cast<size_t>(ids[u]);
+      for (auto [w, out] : {std::pair{&gate, &hg}, std::pair{&up, &hu}}) {
+        jobs.push_back({.w = {type, n_embd, n_ff, w->data() + e * up_bytes, rb_up},
+                        .x = &act,
+                        .n_rows = rows,
+                        .y = out->data() + u * rows * n_ff,
+                        .ldy = n_ff});
+      }
+    }
+    MatMul(jobs, pool);
+    jobs.clear();
+    for (int u = 0; u < U; ++u) {
+      const size_t e = static_cast<size_t>(ids[u]);
+      jobs.push_back({.w = {type, n_ff, n_embd, down.data() + e * down_bytes, rb_down},
+                      .x = &act_ff,
+                      .n_rows = rows,
+                      .x_rows = ff_rows.data() + u * rows,
+                      .y = y.data() + u * rows * n_embd,
+                      .ldy = n_embd});
+    }
+    MatMul(jobs, pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(TypeName(type)) + " " + CurrentTargetName());
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(U * (2 * up_bytes + down_bytes)),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MoeExperts)
+    ->ArgsProduct({{3, 4}, {8, 57}, {1}, {2}})
+    ->ArgsProduct({{4}, {57}, {2}, {1, 2}})
+    ->ArgNames({"type", "U", "rows", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -264,6 +264,59 @@ TEST(MatMul, GatherScatterRowsInOneRegion) {
   }
 }
 
+// Jobs of 1-3 rows run in tasks of 64 to 512 output rows, by how many rows of them the call has
+// (matmul.cc kOutPerFewTask): every size, odd row counts (a last task of one partial tile) and
+// a many-row job beside them compute every output row once, the same as ref::MatMul.
+TEST(MatMul, FewRowJobsInLongTasksComputeEveryRow) {
+  TargetGuard guard;
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  const int64_t n_in = 64;
+  const GgmlType type = GgmlType::kQ4_0;
+  const size_t rb = *RowBytes(type, n_in);
+  const auto x = RandomActs(6, n_in, rng);
+  Activations act;
+  act.Reserve(6, n_in);
+  ref::PrepareActivations(type, x.data(), 6, n_in, n_in, act);
+  // Row counts of the few-row jobs per case: 64-row tasks (300 rows), 128 (1100 + 37), 256
+  // (2100), 512 (3000 + 1500 + 5: three jobs, one of 2 and one of 3 activation rows).
+  const std::vector<std::vector<int64_t>> cases = {{300}, {1137}, {2100}, {3000, 1505, 7}};
+  for (const auto& outs : cases) {
+    std::vector<std::vector<uint8_t>> ws;
+    std::vector<std::vector<float>> got, want;
+    std::vector<MatMulJob> jobs;
+    for (size_t j = 0; j <= outs.size(); ++j) {
+      // The last job has 6 rows (the many-row kernels) and 100 outputs.
+      const int64_t n_out = j < outs.size() ? outs[j] : 100;
+      const int64_t rows = j < outs.size() ? 1 + static_cast<int64_t>(j % 3) : 6;
+      ws.push_back(RandomWeights(type, n_in, n_out, rng));
+      got.emplace_back(rows * n_out);
+      want.emplace_back(rows * n_out);
+      const Matrix m{type, n_in, n_out, ws.back().data(), rb};
+      ref::MatMul(MatMulJob{m, &act, rows, nullptr, want.back().data(), n_out, nullptr});
+      jobs.push_back({m, &act, rows, nullptr, nullptr, n_out, nullptr});
+    }
+    for (size_t j = 0; j < jobs.size(); ++j) jobs[j].y = got[j].data();
+    for (const Config& config : Configs()) {
+      config.Use();
+      SCOPED_TRACE(testing::Message() << config.Name() << " " << outs.size() << " jobs, first "
+                                      << outs[0] << " rows");
+      for (auto& g : got) std::fill(g.begin(), g.end(), std::nanf(""));
+      MatMul(jobs, pool);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        for (int64_t r = 0; r < jobs[j].n_rows; ++r) {
+          for (int64_t o = 0; o < jobs[j].w.n_out; ++o) {
+            const double tol =
+                (n_in + 8) * kEps * AbsDot(type, ws[j].data() + o * rb, act, r) + 1e-30;
+            ASSERT_NEAR(got[j][r * jobs[j].w.n_out + o], want[j][r * jobs[j].w.n_out + o], tol)
+                << "job " << j << " row " << r << " out " << o;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The twins themselves: block-wise integer dot == double dot of the operands dequantized by
 // core's DequantizeRow (bit-exact with ggml, checked against it in core's tests).
 TEST(MatMulRef, DotRowEqualsDequantizedDoubleDot) {
