@@ -299,8 +299,8 @@ TEST(MatMul, FewRowJobsInLongTasksComputeEveryRow) {
     for (size_t j = 0; j < jobs.size(); ++j) jobs[j].y = got[j].data();
     for (const Config& config : Configs()) {
       config.Use();
-      SCOPED_TRACE(testing::Message() << config.Name() << " " << outs.size() << " jobs, first "
-                                      << outs[0] << " rows");
+      SCOPED_TRACE(testing::Message()
+                   << config.Name() << " " << outs.size() << " jobs, first " << outs[0] << " rows");
       for (auto& g : got) std::fill(g.begin(), g.end(), std::nanf(""));
       MatMul(jobs, pool);
       for (size_t j = 0; j < jobs.size(); ++j) {

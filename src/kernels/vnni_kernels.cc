@@ -82,8 +82,10 @@ CW_VNNI void Pack(GgmlType type, const uint8_t* w0, size_t rb, int nv, int64_t b
 // acc[r] (16 outputs of row r) += sum over blocks of d_w * d_x * (sum (w+128) x - 128 sum x).
 template <int R>
 CW_VNNI inline void Q8Kernel(const PackedBlock* p, int nb, const int8_t* const* xq,
-                             const float* const* xd, const int32_t* const* xs, __m512* acc) {
+                             const float* const* xd, const int32_t* const* xs, __m512* acc,
+                             const SpreadPrefetch& pf) {
   for (int b = 0; b < nb; ++b) {
+    pf.Step(b);
     __m512i ai[R];
     CW_UNROLL for (int r = 0; r < R; ++r) ai[r] = _mm512_set1_epi32(xs[r][b]);
     CW_UNROLL for (int g = 0; g < 8; ++g) {
@@ -102,7 +104,7 @@ CW_VNNI inline void Q8Kernel(const PackedBlock* p, int nb, const int8_t* const* 
 
 template <int R>
 CW_VNNI void Q8Rows(const PackedBlock* p, int nb, int64_t b0, const JobRows& rows, int64_t i0,
-                    int64_t ot, __mmask16 mask, bool first) {
+                    int64_t ot, __mmask16 mask, bool first, const SpreadPrefetch& pf) {
   const int8_t* xq[R];
   const float* xd[R];
   const int32_t* xs[R];
@@ -117,7 +119,7 @@ CW_VNNI void Q8Rows(const PackedBlock* p, int nb, int64_t b0, const JobRows& row
     y[r] = rp.y + ot;
     acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y[r]);
   }
-  Q8Kernel<R>(p, nb, xq, xd, xs, acc);
+  Q8Kernel<R>(p, nb, xq, xd, xs, acc, pf);
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
 }
 
@@ -382,45 +384,51 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
     for (int64_t b0 = 0; b0 < nblocks; b0 += kChunkBlocks) {
       const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, nblocks - b0));
       const PackedBlock* p = scratch;
+      SpreadPrefetch pf;
       if (prepacked) {
         p = prepacked + (ot / kOTile) * nblocks + b0;
-        // The next chunk of the copy (contiguous) into L2 while this one is multiplied, when
-        // there are rows enough to hide it: few rows stream at the hardware prefetcher's pace,
-        // and the requests cost more than they save there (the tiny model's Q8_0 one-row step,
-        // 4-block rows, ran at 0.64x with a whole chunk's requests per 4-block row).
+        // The next chunk of the copy (contiguous) into L2 while this one is multiplied, a few
+        // lines per block of the first pass over it, when there are rows enough to hide it:
+        // few rows stream at the hardware prefetcher's pace, and the requests cost more than
+        // they save there (the tiny model's Q8_0 one-row step, 4-block rows, ran at 0.64x with
+        // a whole chunk's requests per 4-block row).
         if (prefetch && (ot + kOTile < o1 || b0 + kChunkBlocks < nblocks)) {
           const int64_t next = b0 + nb < nblocks
                                    ? std::min<int64_t>(kChunkBlocks, nblocks - b0 - nb)
                                    : std::min<int64_t>(kChunkBlocks, nblocks);
-          PrefetchL2(p + nb, sizeof(PackedBlock) * static_cast<size_t>(next));
+          pf = SpreadPrefetch(p + nb, sizeof(PackedBlock) * static_cast<size_t>(next), nb);
         }
       } else {
         Pack(w.type, base + ot * w.row_bytes, w.row_bytes, nv, b0, nb, scratch);
       }
       const bool first = b0 == 0;
+      const SpreadPrefetch none;
       int64_t i = 0;
-      for (; i + 8 <= rows.n_rows; i += 8) Q8Rows<8>(p, nb, b0, rows, i, ot, mask, first);
+      for (; i + 8 <= rows.n_rows; i += 8) {
+        Q8Rows<8>(p, nb, b0, rows, i, ot, mask, first, i == 0 ? pf : none);
+      }
+      const SpreadPrefetch& rest = i == 0 ? pf : none;
       switch (rows.n_rows - i) {
         case 7:
-          Q8Rows<7>(p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<7>(p, nb, b0, rows, i, ot, mask, first, rest);
           break;
         case 6:
-          Q8Rows<6>(p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<6>(p, nb, b0, rows, i, ot, mask, first, rest);
           break;
         case 5:
-          Q8Rows<5>(p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<5>(p, nb, b0, rows, i, ot, mask, first, rest);
           break;
         case 4:
-          Q8Rows<4>(p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<4>(p, nb, b0, rows, i, ot, mask, first, rest);
           break;
         case 3:
-          Q8Rows<3>(p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<3>(p, nb, b0, rows, i, ot, mask, first, rest);
           break;
         case 2:
-          Q8Rows<2>(p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<2>(p, nb, b0, rows, i, ot, mask, first, rest);
           break;
         case 1:
-          Q8Rows<1>(p, nb, b0, rows, i, ot, mask, first);
+          Q8Rows<1>(p, nb, b0, rows, i, ot, mask, first, rest);
           break;
         default:
           break;

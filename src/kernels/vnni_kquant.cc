@@ -252,7 +252,8 @@ CW_VNNI void PackQ45K(const uint8_t* w0, size_t rb, int nv, int64_t sb0, int nsb
 // acc[r] (16 weight rows) += d*dx * sum_j sc_j * (q . x)_j  -  dmin*dx * sum_j m_j * bsum_j.
 template <int R>
 CW_VNNI inline void Q4KKernel(const PackedQ4K* p, int nsb, const int8_t* const* xq,
-                              const float* const* xd, const int16_t* const* xs, __m512* acc) {
+                              const float* const* xd, const int16_t* const* xs, __m512* acc,
+                              const SpreadPrefetch& pf) {
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int s = 0; s < nsb; ++s) {
     __m512i isum[R], msum[R];
@@ -274,6 +275,7 @@ CW_VNNI inline void Q4KKernel(const PackedQ4K* p, int nsb, const int8_t* const* 
       msum[r] = m;
     }
     CW_UNROLL for (int j = 0; j < 8; ++j) {
+      pf.Step(8 * s + j);
       __m512i part[R];
       CW_UNROLL for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_si512();
       CW_UNROLL for (int g = 0; g < 8; ++g) {
@@ -357,7 +359,8 @@ CW_VNNI void PackQ6K(const uint8_t* w0, size_t rb, int nv, int64_t sb0, int nsb,
 // acc[r] += d*dx * (sum_u sc_u * (q . x)_u - 32 * sum_u sc_u * bsum_u).
 template <int R>
 CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* xq,
-                              const float* const* xd, const int16_t* const* xs, __m512* acc) {
+                              const float* const* xd, const int16_t* const* xs, __m512* acc,
+                              const SpreadPrefetch& pf) {
   for (int s = 0; s < nsb; ++s) {
     __m512i isum[R], corr[R];
     CW_UNROLL for (int r = 0; r < R; ++r) {
@@ -384,6 +387,7 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
       corr[r] = c;
     }
     CW_UNROLL for (int u = 0; u < 16; ++u) {
+      pf.Step(16 * s + u);
       __m512i part[R];
       CW_UNROLL for (int r = 0; r < R; ++r) part[r] = _mm512_setzero_si512();
       CW_UNROLL for (int g = 0; g < 4; ++g) {
@@ -407,9 +411,13 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
   }
 }
 
+// Kernel steps per super-block (SpreadPrefetch::Step calls): Q4_K/Q5_K 8 sub-blocks, Q6_K 16.
+template <class Packed>
+constexpr int kStepsPerSb = std::is_same_v<Packed, PackedQ4K> ? 8 : 16;
+
 template <int R, class Packed>
 CW_VNNI void KRows(const Packed* p, int nsb, int64_t sb0, const JobRows& rows, int64_t i0,
-                   int64_t ot, __mmask16 mask, bool first) {
+                   int64_t ot, __mmask16 mask, bool first, const SpreadPrefetch& pf) {
   const int8_t* xq[R];
   const float* xd[R];
   const int16_t* xs[R];
@@ -425,9 +433,9 @@ CW_VNNI void KRows(const Packed* p, int nsb, int64_t sb0, const JobRows& rows, i
     acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y[r]);
   }
   if constexpr (std::is_same_v<Packed, PackedQ4K>) {
-    Q4KKernel<R>(p, nsb, xq, xd, xs, acc);
+    Q4KKernel<R>(p, nsb, xq, xd, xs, acc, pf);
   } else {
-    Q6KKernel<R>(p, nsb, xq, xd, xs, acc);
+    Q6KKernel<R>(p, nsb, xq, xd, xs, acc, pf);
   }
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
 }
@@ -464,29 +472,34 @@ CW_VNNI void PackedKTile(const Matrix& w, const JobRows& rows, int64_t o0, int64
     for (int64_t sb0 = 0; sb0 < nsb_all; sb0 += kChunkSb) {
       const int nsb = static_cast<int>(std::min<int64_t>(kChunkSb, nsb_all - sb0));
       const Packed* pp = &scratch;
+      SpreadPrefetch pf;
       if (prepacked) {
         pp = prepacked + (ot / kRows) * n_chunks + sb0 / kChunkSb;
         // The copy comes from memory; the next chunk (contiguous) is fetched into L2 while this
-        // one is multiplied (without it, 32 rows ran no faster than unpacking per call).
-        if (ot + kRows < o1 || sb0 + kChunkSb < nsb_all) PrefetchL2(pp + 1, sizeof(Packed));
+        // one is multiplied, a few lines per step of the first pass over it.
+        if (ot + kRows < o1 || sb0 + kChunkSb < nsb_all) {
+          pf = SpreadPrefetch(pp + 1, sizeof(Packed), nsb * kStepsPerSb<Packed>);
+        }
       } else {
         PackChunk(w, ot, nv, sb0, nsb, &scratch);
       }
       const Packed& p = *pp;
       const bool first = sb0 == 0;
+      const SpreadPrefetch none;
       int64_t i = 0;
       for (; i + kMaxTileR <= rows.n_rows; i += kMaxTileR) {
-        KRows<kMaxTileR>(&p, nsb, sb0, rows, i, ot, mask, first);
+        KRows<kMaxTileR>(&p, nsb, sb0, rows, i, ot, mask, first, i == 0 ? pf : none);
       }
+      const SpreadPrefetch& rest = i == 0 ? pf : none;
       switch (rows.n_rows - i) {
         case 3:
-          KRows<3>(&p, nsb, sb0, rows, i, ot, mask, first);
+          KRows<3>(&p, nsb, sb0, rows, i, ot, mask, first, rest);
           break;
         case 2:
-          KRows<2>(&p, nsb, sb0, rows, i, ot, mask, first);
+          KRows<2>(&p, nsb, sb0, rows, i, ot, mask, first, rest);
           break;
         case 1:
-          KRows<1>(&p, nsb, sb0, rows, i, ot, mask, first);
+          KRows<1>(&p, nsb, sb0, rows, i, ot, mask, first, rest);
           break;
         default:
           break;
