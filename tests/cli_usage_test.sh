@@ -24,7 +24,9 @@ expect 2 "unknown command .not-a-command.; commands: run" not-a-command
 expect 2 "--mode must be ar, diffusion or spec (got 'bogus')" run --mode bogus -p hi
 expect 2 "cannot open" run -m /nonexistent.gguf -p hi
 expect 2 "--modes must be ar, diffusion or spec (got 'bogus')" check --modes ar bogus
-expect 2 "draft-max must be in" run --mode spec --draft-max 300 -p hi
+expect 2 "draft-max must be in \[0, 255\] or auto (got 300)" run --mode spec --draft-max 300 -p hi
+expect 0 "" run --mode spec --draft-max AUTO -p hi -n 2  # auto in any case, like the help's INT|auto
+expect 0 "--draft-max INT|auto" run --help
 expect 2 "verify-chunk must be in" run --mode spec --verify-chunk 300 -p hi
 expect 2 "verify-chunk must be in" run --mode spec --verify-chunk " -1" -p hi
 expect 2 "verify-chunk must be in" run --mode spec --verify-chunk "" -p hi

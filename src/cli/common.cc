@@ -2,6 +2,7 @@
 #include "cli/common.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -27,7 +28,10 @@ bool IsLlamaCacheType(const std::string& t) {
 // [0, max], which is checked later (decode::CheckDecodeRanges).
 std::function<std::string(std::string)> CountOrAuto(std::string name, int max, int auto_value) {
   return [name = std::move(name), max, auto_value](std::string s) {
-    if (s == "auto") return std::to_string(auto_value);
+    std::string lower = s;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lower == "auto") return std::to_string(auto_value);
     const bool digits = !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) {
       return c >= '0' && c <= '9';
     });
@@ -186,7 +190,8 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
                               "auto: chosen per round from the acceptance and pass costs seen so "
                               "far (default {})",
                               serve ? "auto" : "15"))
-      ->transform(CountOrAuto("draft-max", 255, decode::kDraftAuto));
+      ->transform(CountOrAuto("draft-max", 255, decode::kDraftAuto))
+      ->type_name("INT|auto");
   cmd->add_option(
       "--draft-p-min", decoding.draft_p_min,
       "spec: verify only the leading drafts whose probability is >= this, [0, 1] (default 0: all)");
@@ -195,7 +200,8 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
                   "rows are computed only when every draft in it was accepted (auto: chosen per "
                   "round from the acceptance so far, the default; 0: all rows in the pass; "
                   "output unchanged)")
-      ->transform(CountOrAuto("verify-chunk", 256, decode::kVerifyChunkAuto));
+      ->transform(CountOrAuto("verify-chunk", 256, decode::kVerifyChunkAuto))
+      ->type_name("INT|auto");
   cmd->add_flag("--draft-expert-budget", decoding.draft_expert_budget,
                 "spec: draft rows route only among the seed's experts (fewer expert bytes per "
                 "draft; output unchanged, acceptance may drop)");

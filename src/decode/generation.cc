@@ -73,7 +73,7 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
     Fail("{} must be in (0, 1] (got {})", flags ? "--threshold" : "threshold", p.threshold);
   }
   if (p.draft_max < 0 || p.draft_max > kMaxDraft) {
-    Fail("{} must be in [0, {}] (got {})", flags ? "--draft-max" : "draft_max", kMaxDraft,
+    Fail("{} must be in [0, {}] or auto (got {})", flags ? "--draft-max" : "draft_max", kMaxDraft,
          p.draft_max);
   }
   if (!(p.draft_p_min >= 0.0f && p.draft_p_min <= 1.0f)) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "base/json_gate.h"
@@ -135,6 +136,27 @@ int64_t Integer(const json& v, const std::string& param, int64_t lo, int64_t hi)
   if (x < lo || x > hi) {
     BadRequest(param, "'" + param + "' must be in [" + std::to_string(lo) + ", " +
                           std::to_string(hi) + "] (got " + std::to_string(x) + ")");
+  }
+  return x;
+}
+
+// An integer in [lo, hi] or the string "auto" (returned as nullopt).
+std::optional<int64_t> IntegerOrAuto(const json& v, const std::string& param, int64_t lo,
+                                     int64_t hi) {
+  if (v.is_string() && v.get_ref<const std::string&>() == "auto") return std::nullopt;
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "] or \"auto\"";
+  if (v.is_string()) {
+    BadRequest(param, "'" + param + "' must be an integer in " + range + " (got " + v.dump() + ")");
+  }
+  if (!v.is_number_integer() && !v.is_number_unsigned()) {
+    WrongType(param, "an integer or \"auto\"", v);
+  }
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    BadRequest(param, "'" + param + "' must be in " + range + " (got " + v.dump() + ")");
+  }
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) {
+    BadRequest(param, "'" + param + "' must be in " + range + " (got " + std::to_string(x) + ")");
   }
   return x;
 }
@@ -280,9 +302,9 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
     p.block_size = static_cast<int>(Integer(*v, prefix + "block_size", 2, 256));
   if (const json* v = Field(obj, "threshold")) p.threshold = UnitFraction(*v, prefix + "threshold");
   if (const json* v = Field(obj, "draft_max")) {
-    p.draft_auto = v->is_string() && v->get<std::string>() == "auto";
-    if (!p.draft_auto)
-      p.draft_max = static_cast<int>(Integer(*v, prefix + "draft_max", 0, decode::kMaxDraft));
+    const std::optional<int64_t> n = IntegerOrAuto(*v, prefix + "draft_max", 0, decode::kMaxDraft);
+    p.draft_auto = !n;
+    if (n) p.draft_max = static_cast<int>(*n);
   }
   if (const json* v = Field(obj, "draft_expert_budget")) {
     if (!v->is_boolean())
@@ -293,9 +315,8 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
   if (const json* v = Field(obj, "draft_p_min"))
     p.draft_p_min = static_cast<float>(Number(*v, prefix + "draft_p_min", 0.0, 1.0));
   if (const json* v = Field(obj, "verify_chunk")) {
-    p.verify_chunk = v->is_string() && v->get<std::string>() == "auto"
-                         ? decode::kVerifyChunkAuto
-                         : static_cast<int>(Integer(*v, prefix + "verify_chunk", 0, 256));
+    const std::optional<int64_t> n = IntegerOrAuto(*v, prefix + "verify_chunk", 0, 256);
+    p.verify_chunk = n ? static_cast<int>(*n) : decode::kVerifyChunkAuto;
   }
 }
 

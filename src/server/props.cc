@@ -23,7 +23,8 @@ json ParamsJson(const decode::DecodeParams& p) {
           {"max_tokens", p.max_tokens},
           {"ignore_eos", p.eog_ids.empty()},
           {"samplers", json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
-          {"speculative.n_max", p.draft_max},
+          // llama-server's field is a number: under auto (and 0) the most a round drafts.
+          {"speculative.n_max", p.draft_auto || p.draft_max == 0 ? p.block_size - 1 : p.draft_max},
           {"speculative.p_min", p.draft_p_min}};
 }
 

@@ -64,6 +64,17 @@ check("wrong types and out-of-range values are a 400 naming the field", async ()
   await expectError({ messages: m, reasoning_format: "mystery" }, 400, "reasoning_format");
   await expectError({ messages: m, crossword: { mode: "telepathy" } }, 400, "crossword.mode");
   await expectError({ messages: m, crossword: { block_size: 1 } }, 400, "crossword.block_size");
+  // draft_max and verify_chunk take an integer or "auto"; each error says both.
+  for (const [field, value, want] of [
+    ["draft_max", 300, /must be in \[0, 255\] or "auto" \(got 300\)/],
+    ["draft_max", "AUTO", /must be an integer in \[0, 255\] or "auto" \(got "AUTO"\)/],
+    ["draft_max", 1.5, /must be an integer or "auto"/],
+    ["verify_chunk", -1, /must be in \[0, 256\] or "auto" \(got -1\)/],
+    ["verify_chunk", "all", /must be an integer in \[0, 256\] or "auto"/],
+  ]) {
+    const e = await expectError({ messages: m, crossword: { [field]: value } }, 400, "crossword." + field);
+    assert.match(e.message, want);
+  }
   await expectError({ messages: m, logit_bias: { abc: 5 } }, 400, "logit_bias.abc");
   await expectError({ messages: m, n: 129 }, 400, "n");
   // Known OpenAI fields crossword ignores are still type-checked; unknown fields are ignored.

@@ -27,6 +27,8 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
   // The server picks spec draft lengths per round unless --draft-max says otherwise; /v1/models
   // says the same.
   assert.equal(d.crossword.draft_max, "auto");
+  // llama-server's numeric field: the most an auto round drafts (block size 32 - 1).
+  assert.equal(d.params["speculative.n_max"], 31);
   const models = await get(srv.base, "/v1/models");
   assert.equal(models.body.data[0].meta.draft_max, "auto");
   assert.equal(typeof d.crossword.draft_p_min, "number");
