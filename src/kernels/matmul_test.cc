@@ -510,7 +510,7 @@ TEST(MatMul, BatchInvariantBitForBit) {
         }
         // Sub-batches [r0, r0 + n) through gathered rows, 1 and 2 threads.
         for (size_t v = 0; v < variants.size(); ++v) {
-          for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 17, 19}) {
+          for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 19}) {
             for (int64_t r0 : {int64_t{0}, n_rows - n}) {
               std::vector<int32_t> rows(n);
               for (int64_t i = 0; i < n; ++i) rows[i] = static_cast<int32_t>(r0 + i);

@@ -176,9 +176,10 @@ CW_VNNI void KQuantRows(const Matrix& w, const JobRows& rows, int64_t o0, int64_
 
 // ---- Many activation rows: repacked tiles.
 
-constexpr int kRows = 16;     // weight rows per tile: one zmm lane each
-constexpr int kChunkSb = 8;   // super-blocks (256 columns) per repacked chunk: 2048 columns
-constexpr int kMaxTileR = 4;  // activation rows per register tile
+constexpr int kRows = 16;        // weight rows per tile: one zmm lane each
+constexpr int kChunkSb = 8;      // super-blocks (256 columns) per repacked chunk: 2048 columns
+constexpr int kMaxTileR = 4;     // activation rows per register tile (Q4_K / Q5_K)
+constexpr int kMaxTileRQ6K = 8;  // Q6_K: its -32 term starts the integer sum (no register for it)
 
 // One repacked tile. q[s][g] lane r: the 4 quants (u8, 0..15) of group g (columns 4g..4g+3)
 // of super-block s in weight row r. sc[s][j] lane r: 6-bit scale of sub-block j (32 columns).
@@ -362,9 +363,8 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
                               const float* const* xd, const int16_t* const* xs, __m512* acc,
                               const SpreadPrefetch& pf) {
   for (int s = 0; s < nsb; ++s) {
-    __m512i isum[R], corr[R];
+    __m512i isum[R];
     CW_UNROLL for (int r = 0; r < R; ++r) {
-      isum[r] = _mm512_setzero_si512();
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[r] + 16 * s));
       const __m128i b0 = _mm256_castsi256_si128(bs), b1 = _mm256_extracti128_si256(bs, 1);
       __m512i c = _mm512_setzero_si512();
@@ -384,7 +384,7 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
                               _mm512_set1_epi32(_mm_extract_epi32(b1, 2)));
       c = _mm512_dpwssd_epi32(c, _mm512_load_si512(p->sp[s][7]),
                               _mm512_set1_epi32(_mm_extract_epi32(b1, 3)));
-      corr[r] = c;
+      isum[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(c, 5));
     }
     CW_UNROLL for (int u = 0; u < 16; ++u) {
       pf.Step(16 * s + u);
@@ -404,8 +404,7 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
     }
     const __m512 dv = _mm512_load_ps(p->d[s]);
     CW_UNROLL for (int r = 0; r < R; ++r) {
-      const __m512i total = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(corr[r], 5));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total),
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]),
                                _mm512_mul_ps(dv, _mm512_set1_ps(xd[r][s])), acc[r]);
     }
   }
@@ -438,6 +437,15 @@ CW_VNNI void KRows(const Packed* p, int nsb, int64_t sb0, const JobRows& rows, i
     Q6KKernel<R>(p, nsb, xq, xd, xs, acc, pf);
   }
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
+}
+
+// KRows<n> for the n < kTileR rows left after the full register tiles (n <= R).
+template <int R, class Packed>
+CW_VNNI void KRowsRest(int n, const Packed* p, int nsb, int64_t sb0, const JobRows& rows,
+                       int64_t i0, int64_t ot, __mmask16 mask, bool first,
+                       const SpreadPrefetch& pf) {
+  if (n == R) return KRows<R>(p, nsb, sb0, rows, i0, ot, mask, first, pf);
+  if constexpr (R > 1) KRowsRest<R - 1>(n, p, nsb, sb0, rows, i0, ot, mask, first, pf);
 }
 
 // Packs one chunk (super-blocks [sb0, sb0 + nsb) of weight rows [ot, ot + nv)) of `w`.
@@ -486,23 +494,14 @@ CW_VNNI void PackedKTile(const Matrix& w, const JobRows& rows, int64_t o0, int64
       const Packed& p = *pp;
       const bool first = sb0 == 0;
       const SpreadPrefetch none;
+      constexpr int kTileR = std::is_same_v<Packed, PackedQ6K> ? kMaxTileRQ6K : kMaxTileR;
       int64_t i = 0;
-      for (; i + kMaxTileR <= rows.n_rows; i += kMaxTileR) {
-        KRows<kMaxTileR>(&p, nsb, sb0, rows, i, ot, mask, first, i == 0 ? pf : none);
+      for (; i + kTileR <= rows.n_rows; i += kTileR) {
+        KRows<kTileR>(&p, nsb, sb0, rows, i, ot, mask, first, i == 0 ? pf : none);
       }
-      const SpreadPrefetch& rest = i == 0 ? pf : none;
-      switch (rows.n_rows - i) {
-        case 3:
-          KRows<3>(&p, nsb, sb0, rows, i, ot, mask, first, rest);
-          break;
-        case 2:
-          KRows<2>(&p, nsb, sb0, rows, i, ot, mask, first, rest);
-          break;
-        case 1:
-          KRows<1>(&p, nsb, sb0, rows, i, ot, mask, first, rest);
-          break;
-        default:
-          break;
+      if (i < rows.n_rows) {
+        KRowsRest<kTileR - 1>(static_cast<int>(rows.n_rows - i), &p, nsb, sb0, rows, i, ot, mask,
+                              first, i == 0 ? pf : none);
       }
     }
   }
