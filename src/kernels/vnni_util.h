@@ -41,7 +41,8 @@ constexpr int64_t kQ6KNearPrefetchBytes = 1024;
 // current one. (Requesting the whole chunk at once, before multiplying, overlapped almost
 // nothing: the Q6_K head's 8-row product from its 0.7 GB copy took the sum of its compute and
 // read times, 29-31 ms against 19-25 spread, bench/kernels_bench, 2 threads, AMD EPYC.)
-// Default-constructed: does nothing.
+// [base, base + bytes) must lie in one allocation (the addresses are formed, never loaded);
+// n_steps > 0. Default-constructed: does nothing.
 class SpreadPrefetch {
  public:
   SpreadPrefetch() = default;

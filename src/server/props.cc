@@ -2,6 +2,8 @@
 // template, special tokens, default generation settings) and GET /slots (what each slot is doing,
 // with crossword's decoding mode, block size, threshold and tokens per pass). Shapes follow
 // llama-server's tools/server README; fields crossword has no equivalent for are left out.
+#include <algorithm>
+
 #include "server/server_impl.h"
 #include "tokenizer/utf8.h"
 
@@ -23,8 +25,10 @@ json ParamsJson(const decode::DecodeParams& p) {
           {"max_tokens", p.max_tokens},
           {"ignore_eos", p.eog_ids.empty()},
           {"samplers", json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
-          // llama-server's field is a number: under auto (and 0) the most a round drafts.
-          {"speculative.n_max", p.draft_auto || p.draft_max == 0 ? p.block_size - 1 : p.draft_max},
+          // llama-server's field is a number: the most a round drafts (block size - 1 at most).
+          {"speculative.n_max", p.draft_auto || p.draft_max == 0
+                                    ? p.block_size - 1
+                                    : std::min(p.draft_max, p.block_size - 1)},
           {"speculative.p_min", p.draft_p_min}};
 }
 

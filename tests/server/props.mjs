@@ -109,6 +109,7 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
     .map((x) => x.toFixed(2)), ["0.70", "0.90", "0.10", "1.20", "0.30", "0.20"]);
   assert.equal(sp.top_k, 5);
   assert.equal(sp.seed, 3);
+  assert.equal(sp["speculative.n_max"], 31, "under auto: the most a round drafts");
   assert.equal(sp.ignore_eos, true);
 });
 
