@@ -20,9 +20,10 @@ const { default: puppeteer } = await import(
 const artifacts = args.artifacts ?? path.join(args.oracles, "..", "artifacts");
 fs.mkdirSync(artifacts, { recursive: true });
 
-// --draft-max 15: spec rounds that draft, whose drafts the block view colours (under the default
-// auto the tiny model's rounds mostly run no draft: a verify of the seed alone).
-const srv = await startServer(["--api-key", "sk-page", "-c", "4096", "--draft-max", "15"]);
+// The server drafts per round (its default auto: on the tiny model mostly no draft, a verify of
+// the seed alone); the spec question sets the page's Drafts control to 15, so its rounds draft
+// and the block view colours the drafts.
+const srv = await startServer(["--api-key", "sk-page", "-c", "4096"]);
 const bare = await startServer(["--no-webui"]);
 const browser = await puppeteer.launch({
   executablePath: chromium,
@@ -56,10 +57,13 @@ check("the page asks for the API key and then loads the model's name", async () 
   await page.click("#key-form button");
   await page.waitForFunction(() => document.getElementById("model-info").textContent.length > 0, { timeout: 10000 });
   assert.match(await page.$eval("#model-info", (e) => e.textContent), /clover-tiny|tiny/);
+  // The Drafts control starts at the server's setting.
+  assert.equal(await page.$eval("#draft-max", (e) => e.value), "auto");
 });
 
 async function ask(mode, question) {
   await page.select("#mode", mode);
+  if (mode === "spec") await page.select("#draft-max", "15");
   await page.$eval("#thinking", (e) => (e.checked = false));
   await page.$eval("#max-tokens", (e) => (e.value = "48"));
   const before = await page.$$eval(".msg.assistant", (l) => l.length);

@@ -190,6 +190,12 @@ async function send(text) {
   if (mode !== "ar") {
     body.crossword.block_size = Number($("block-size").value) || 32;
     if (mode === "diffusion") body.crossword.threshold = Number($("threshold").value) || 0.95;
+    if (mode === "spec") {
+      // Drafts per round: auto (the server picks per round; on a small CPU model mostly none, so
+      // the block view shows the seed's verify) or a fixed count.
+      const d = $("draft-max").value;
+      body.crossword.draft_max = d === "auto" ? "auto" : Number(d);
+    }
     $("block-view").hidden = false;
     resetBlock(body.crossword.block_size);
   } else {
@@ -286,6 +292,12 @@ $("mode").onchange = () => { $("block-view").hidden = $("mode").value === "ar"; 
       $("mode").value = m.meta.mode;
       $("block-size").value = m.meta.block_size;
       $("threshold").value = Number(m.meta.threshold.toFixed(3));
+      if (m.meta.draft_max !== undefined) {
+        const d = String(m.meta.draft_max);
+        const select = $("draft-max");
+        if (![...select.options].some((o) => o.value === d)) select.add(new Option(d, d));
+        select.value = d;
+      }
     }
   }
   if (conversations.length) { current = conversations[0]; render(); } else newConversation();
