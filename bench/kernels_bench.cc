@@ -253,6 +253,7 @@ BENCHMARK(BM_MoeExperts)
     ->ArgsProduct({{3, 4}, {8, 57}, {1}, {2}})
     ->ArgsProduct({{4}, {57}, {2}, {1, 2}})
     ->ArgsProduct({{4}, {165}, {1, 2}, {2}})
+    ->ArgsProduct({{4}, {165}, {1}, {1}})
     ->ArgNames({"type", "U", "rows", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
