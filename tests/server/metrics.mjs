@@ -64,13 +64,16 @@ async function scrape(srv) {
 /// Scrapes `srv` every `every` ms until `until` resolves; returns the parsed samples.
 async function watch(srv, until, every = 5) {
   const seen = [];
+  seen.times = [];  // ms, when each scrape came back
   let done = false;
   until.then(() => (done = true), () => (done = true));
   while (!done) {
     seen.push((await scrape(srv)).fams);
+    seen.times.push(performance.now());
     await sleep(every);
   }
   seen.push((await scrape(srv)).fams);
+  seen.times.push(performance.now());
   return seen;
 }
 
@@ -101,11 +104,15 @@ check("more requests than slots: the waiting gauge rises, running = busy slots <
   seen.forEach((f, i) => {
     assert.ok(running[i] <= 2, "running above the slot count");
     // Nobody waits while a slot is free, except in the instant between a request finishing and the
-    // next one's admission (before the next pass): a scrape can land there, so a free slot with a
-    // queue is allowed on a scrape that is not followed by the same picture.
-    if (waiting[i] > 0 && running[i] < 2 && i + 1 < seen.length) {
-      assert.ok(!(waiting[i + 1] >= waiting[i] && running[i + 1] < 2),
-        `scrapes ${i}, ${i + 1}: ${waiting[i]} then ${waiting[i + 1]} waiting with a slot free`);
+    // next one's admission (before the next pass): scrapes can land there, so a free slot with a
+    // queue is allowed for a moment, but not for kFreeSlotMs. (Not a count of scrapes: under a
+    // sanitizer, beside another test on 2 cores, one pass outlasted two 5 ms scrape intervals.)
+    const kFreeSlotMs = 500;
+    if (waiting[i] > 0 && running[i] < 2) {
+      let j = i;
+      while (j + 1 < seen.length && waiting[j + 1] > 0 && running[j + 1] < 2) ++j;
+      assert.ok(seen.times[j] - seen.times[i] < kFreeSlotMs,
+        `scrapes ${i}-${j}: ${waiting[i]} waiting with a slot free for ${(seen.times[j] - seen.times[i]).toFixed(0)} ms`);
     }
     assert.equal(value(f, "crossword_slot_utilization"), running[i] / 2);
   });
