@@ -329,9 +329,12 @@ constexpr int64_t kTallOut = 65536, kOutPerTallTask = 512;
 // 4.95 / 5.96 ms -> 2.77 / 3.30 ms, U 8 0.70 -> 0.44-0.48 ms, 2 threads, AMD EPYC); while the
 // call would then have fewer than kMinFewTasksPerThread tasks per thread, they halve, to 64.
 constexpr int64_t kFewRows = 3, kOutPerFewTask = 512, kMinFewTasksPerThread = 4;
+bool IsFewRowJob(const MatMulJob& job) {
+  return job.w.n_out < kTallOut && job.n_rows > 0 && job.n_rows <= kFewRows;
+}
 int64_t OutPerTask(const MatMulJob& job, int64_t per_few) {
   if (job.w.n_out >= kTallOut) return kOutPerTallTask;
-  return job.n_rows <= kFewRows ? per_few : kOutPerTask;
+  return IsFewRowJob(job) ? per_few : kOutPerTask;
 }
 int64_t TasksOf(const MatMulJob& job, int64_t per_few) {
   const int64_t per = OutPerTask(job, per_few);
@@ -342,7 +345,7 @@ int64_t TasksOf(const MatMulJob& job, int64_t per_few) {
 void MatMul(std::span<const MatMulJob> jobs, ThreadPool& pool) {
   int64_t few_out = 0;
   for (const MatMulJob& job : jobs) {
-    if (job.n_rows > 0 && job.n_rows <= kFewRows && job.w.n_out < kTallOut) few_out += job.w.n_out;
+    if (IsFewRowJob(job)) few_out += job.w.n_out;
   }
   int64_t per_few = kOutPerFewTask;
   while (per_few > kOutPerTask && few_out < per_few * kMinFewTasksPerThread * pool.size())

@@ -123,6 +123,15 @@ CW_VNNI void Q8Rows(const PackedBlock* p, int nb, int64_t b0, const JobRows& row
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
 }
 
+// Q8Rows<n> for the n < 8 rows left after the full register tiles (n <= R).
+template <int R>
+CW_VNNI void Q8RowsRest(int n, const PackedBlock* p, int nb, int64_t b0, const JobRows& rows,
+                        int64_t i0, int64_t ot, __mmask16 mask, bool first,
+                        const SpreadPrefetch& pf) {
+  if (n == R) return Q8Rows<R>(p, nb, b0, rows, i0, ot, mask, first, pf);
+  if constexpr (R > 1) Q8RowsRest<R - 1>(n, p, nb, b0, rows, i0, ot, mask, first, pf);
+}
+
 // ---- Few activation rows (decode): stream each weight row once, no repacking.
 
 // Horizontal sums of 8 dpbusd results: v_i lanes 0-7 belong to block 2i, lanes 8-15 to block
@@ -407,31 +416,9 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
       for (; i + 8 <= rows.n_rows; i += 8) {
         Q8Rows<8>(p, nb, b0, rows, i, ot, mask, first, i == 0 ? pf : none);
       }
-      const SpreadPrefetch& rest = i == 0 ? pf : none;
-      switch (rows.n_rows - i) {
-        case 7:
-          Q8Rows<7>(p, nb, b0, rows, i, ot, mask, first, rest);
-          break;
-        case 6:
-          Q8Rows<6>(p, nb, b0, rows, i, ot, mask, first, rest);
-          break;
-        case 5:
-          Q8Rows<5>(p, nb, b0, rows, i, ot, mask, first, rest);
-          break;
-        case 4:
-          Q8Rows<4>(p, nb, b0, rows, i, ot, mask, first, rest);
-          break;
-        case 3:
-          Q8Rows<3>(p, nb, b0, rows, i, ot, mask, first, rest);
-          break;
-        case 2:
-          Q8Rows<2>(p, nb, b0, rows, i, ot, mask, first, rest);
-          break;
-        case 1:
-          Q8Rows<1>(p, nb, b0, rows, i, ot, mask, first, rest);
-          break;
-        default:
-          break;
+      if (i < rows.n_rows) {
+        Q8RowsRest<7>(static_cast<int>(rows.n_rows - i), p, nb, b0, rows, i, ot, mask, first,
+                      i == 0 ? pf : none);
       }
     }
   }

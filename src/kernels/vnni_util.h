@@ -38,9 +38,11 @@ constexpr int64_t kQ6KNearPrefetchBytes = 1024;
 
 // Prefetches [base, base + bytes) into L2 a few lines per kernel step, spread over n_steps steps:
 // the multi-row kernels fetch the next chunk of a load-time tile copy while they multiply the
-// current one. (Requesting the whole chunk at once, before multiplying, overlapped almost
-// nothing: the Q6_K head's 8-row product from its 0.7 GB copy took the sum of its compute and
-// read times, 29-31 ms against 19-25 spread, bench/kernels_bench, 2 threads, AMD EPYC.)
+// current one. (The previous version, one loop of _mm_prefetch over the whole next chunk before
+// multiplying, was compiled out, see Step: without requests the Q6_K head's 8-row product from
+// its 0.7 GB copy took the sum of its compute and read times, 29-31 ms, against 19-25 ms with
+// these, bench/kernels_bench, 2 threads, AMD EPYC. A whole-chunk burst that is really issued
+// was not measured.)
 // [base, base + bytes) must lie in one allocation (the addresses are formed, never loaded);
 // n_steps > 0. Default-constructed: does nothing.
 class SpreadPrefetch {

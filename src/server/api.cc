@@ -126,8 +126,13 @@ float UnitFraction(const json& v, const std::string& param) {
   return f;
 }
 
-int64_t Integer(const json& v, const std::string& param, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer() && !v.is_number_unsigned()) WrongType(param, "an integer", v);
+namespace {
+// Integer's checks; `alt` names what else the field takes (appended to both messages).
+int64_t IntegerIn(const json& v, const std::string& param, int64_t lo, int64_t hi,
+                  const std::string& alt) {
+  if (!v.is_number_integer() && !v.is_number_unsigned()) {
+    WrongType(param, ("an integer" + alt).c_str(), v);
+  }
   if (v.is_number_unsigned() &&
       v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     BadRequest(param, "'" + param + "' is too large (got " + v.dump() + ")");
@@ -135,7 +140,7 @@ int64_t Integer(const json& v, const std::string& param, int64_t lo, int64_t hi)
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi) {
     BadRequest(param, "'" + param + "' must be in [" + std::to_string(lo) + ", " +
-                          std::to_string(hi) + "] (got " + std::to_string(x) + ")");
+                          std::to_string(hi) + "]" + alt + " (got " + std::to_string(x) + ")");
   }
   return x;
 }
@@ -144,21 +149,16 @@ int64_t Integer(const json& v, const std::string& param, int64_t lo, int64_t hi)
 std::optional<int64_t> IntegerOrAuto(const json& v, const std::string& param, int64_t lo,
                                      int64_t hi) {
   if (v.is_string() && v.get_ref<const std::string&>() == "auto") return std::nullopt;
-  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "] or \"auto\"";
   if (v.is_string()) {
-    BadRequest(param, "'" + param + "' must be an integer in " + range + " (got " + v.dump() + ")");
+    BadRequest(param, "'" + param + "' must be an integer in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "] or \"auto\" (got " + v.dump() + ")");
   }
-  if (!v.is_number_integer() && !v.is_number_unsigned()) {
-    WrongType(param, "an integer or \"auto\"", v);
-  }
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    BadRequest(param, "'" + param + "' must be in " + range + " (got " + v.dump() + ")");
-  }
-  const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi) {
-    BadRequest(param, "'" + param + "' must be in " + range + " (got " + std::to_string(x) + ")");
-  }
-  return x;
+  return IntegerIn(v, param, lo, hi, " or \"auto\"");
+}
+}  // namespace
+
+int64_t Integer(const json& v, const std::string& param, int64_t lo, int64_t hi) {
+  return IntegerIn(v, param, lo, hi, "");
 }
 
 bool Bool(const json& v, const std::string& param) {
