@@ -190,7 +190,9 @@ BENCHMARK(BM_MatMul)
 // and down 512 -> 2048; 453 MB in Q4_0, so from DRAM): U distinct experts chosen at random each
 // iteration, each with `rows` activation rows, as two MatMul job lists (gate+up, then down) the
 // way the CPU executor's MoE layer issues them. U = 8 is an AR step, 57 an 8-row verify with a
-// random router (issue 18). GB/s counts the expert bytes read. Args: type, U, rows, threads.
+// random router (issue 18). GB/s counts the expert bytes read (the file's; a Q4_0 tile copy
+// has the same size). Args: type, U, rows, threads, packed (1: every expert's load-time tile
+// copy in huge pages, as the executor keeps them).
 void BM_MoeExperts(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const int n_expert = 256, U = static_cast<int>(state.range(1));
@@ -212,6 +214,28 @@ void BM_MoeExperts(benchmark::State& state) {
   for (int e = 0; e < n_expert; ++e) ids[e] = e;
   std::vector<int32_t> ff_rows(U * rows);
   for (size_t i = 0; i < ff_rows.size(); ++i) ff_rows[i] = static_cast<int32_t>(i);
+  // One Matrix per expert and stack, with its tile copy when asked for.
+  std::vector<Matrix> mg, mu, md;
+  for (int e = 0; e < n_expert; ++e) {
+    mg.push_back({type, n_embd, n_ff, gate.data() + e * up_bytes, rb_up});
+    mu.push_back({type, n_embd, n_ff, up.data() + e * up_bytes, rb_up});
+    md.push_back({type, n_ff, n_embd, down.data() + e * down_bytes, rb_down});
+  }
+  std::vector<std::unique_ptr<HugeBuffer>> copies;
+  if (state.range(4)) {
+    for (auto* stack : {&mg, &mu, &md}) {
+      const size_t stride = (RepackedBytes(stack->front()) + 63) / 64 * 64;
+      if (stride == 0) {
+        state.SkipWithError("no tile layout for this type on this CPU");
+        return;
+      }
+      copies.push_back(std::make_unique<HugeBuffer>(stride * n_expert));
+      for (int e = 0; e < n_expert; ++e) {
+        (*stack)[e].packed = copies.back()->data() + e * stride;
+        Repack((*stack)[e], copies.back()->data() + e * stride);
+      }
+    }
+  }
   std::mt19937 rng(3);
   std::vector<MatMulJob> jobs;
   jobs.reserve(2 * U);
@@ -222,8 +246,8 @@ void BM_MoeExperts(benchmark::State& state) {
     jobs.clear();
     for (int u = 0; u < U; ++u) {
       const size_t e = static_cast<size_t>(ids[u]);
-      for (auto [w, out] : {std::pair{&gate, &hg}, std::pair{&up, &hu}}) {
-        jobs.push_back({.w = {type, n_embd, n_ff, w->data() + e * up_bytes, rb_up},
+      for (auto [w, out] : {std::pair{&mg, &hg}, std::pair{&mu, &hu}}) {
+        jobs.push_back({.w = (*w)[e],
                         .x = &act,
                         .n_rows = rows,
                         .y = out->data() + u * rows * n_ff,
@@ -234,7 +258,7 @@ void BM_MoeExperts(benchmark::State& state) {
     jobs.clear();
     for (int u = 0; u < U; ++u) {
       const size_t e = static_cast<size_t>(ids[u]);
-      jobs.push_back({.w = {type, n_ff, n_embd, down.data() + e * down_bytes, rb_down},
+      jobs.push_back({.w = md[e],
                       .x = &act_ff,
                       .n_rows = rows,
                       .x_rows = ff_rows.data() + u * rows,
@@ -250,11 +274,11 @@ void BM_MoeExperts(benchmark::State& state) {
                                               benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_MoeExperts)
-    ->ArgsProduct({{3, 4}, {8, 57}, {1}, {2}})
-    ->ArgsProduct({{4}, {57}, {2}, {1, 2}})
-    ->ArgsProduct({{4}, {165}, {1, 2}, {2}})
-    ->ArgsProduct({{4}, {165}, {1}, {1}})
-    ->ArgNames({"type", "U", "rows", "threads"})
+    ->ArgsProduct({{3, 4}, {8, 57}, {1}, {2}, {0, 1}})
+    ->ArgsProduct({{4}, {57}, {2}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{4}, {165}, {1, 2}, {2}, {0, 1}})
+    ->ArgsProduct({{4}, {165}, {1}, {1}, {0, 1}})
+    ->ArgNames({"type", "U", "rows", "threads", "packed"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -132,6 +132,189 @@ CW_VNNI void Q8RowsRest(int n, const PackedBlock* p, int nb, int64_t b0, const J
   if constexpr (R > 1) Q8RowsRest<R - 1>(n, p, nb, b0, rows, i0, ot, mask, first, pf);
 }
 
+// ---- Q4_0 tiles at the file's width. A 16-row tile of nb blocks holds q[b][j] (lane i = qs
+// bytes 4j..4j+3 of block b of weight row i, as the file stores them: low nibbles are columns
+// 4j..4j+3, high nibbles columns 16+4j..16+4j+3) for every block, then d[b] (the 16 rows' fp16
+// scales): 288 bytes per 16 rows x 32 columns, the file's 18 per block. So a copy costs no more
+// memory than the weights it repacks and a pass reads it at the file's size (the u8 layout above
+// doubles it); the kernel splits the nibbles (two ops per 64 weights, shared by the rows).
+constexpr int64_t kQ4TileBlockBytes = 4 * 64;  // q of one block; d follows all of a tile's q
+
+// Bytes of one 16-row tile of w (Q4_0) in this layout.
+inline size_t Q4TileBytes(const Matrix& w) { return static_cast<size_t>(w.n_in / 32) * 288; }
+
+// Writes blocks [b0, b0 + nb) of weight rows w0 .. w0 + (nv-1)*rb into q[0, nb) and d[0, nb)
+// (rows past nv repeat the last valid row; their results are masked off).
+CW_VNNI void PackQ4(const uint8_t* w0, size_t rb, int nv, int64_t b0, int nb, uint8_t* q,
+                    uint16_t* d) {
+  const uint8_t* rows[kOTile];
+  alignas(64) int32_t idx[kOTile];
+  for (int i = 0; i < kOTile; ++i) {
+    const int r = i < nv ? i : nv - 1;
+    rows[i] = w0 + static_cast<size_t>(r) * rb;
+    idx[i] = static_cast<int32_t>(static_cast<size_t>(r) * rb);
+  }
+  const __m512i vidx = _mm512_load_si512(idx);
+  for (int b = 0; b < nb; ++b) {
+    const size_t off = static_cast<size_t>(b0 + b) * sizeof(BlockQ4_0);
+    const __m512i dw = _mm512_i32gather_epi32(vidx, w0 + off, 1);  // scale + 2 quant bytes
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 16 * b), _mm512_cvtepi32_epi16(dw));
+    __m512i A[4], G[4];
+    CW_UNROLL for (int j = 0; j < 4; ++j) A[j] = Load4x128(rows, j, off + 2);
+    Transpose4(A, G);
+    CW_UNROLL for (int j = 0; j < 4; ++j) {
+      _mm512_storeu_si512(q + b * kQ4TileBlockBytes + 64 * j, G[j]);
+    }
+  }
+}
+
+// acc[r] (16 outputs of row r) += sum over blocks of d_w * d_x * (sum q x - 8 sum x), q the
+// nibbles (w + 8): the same integer and float operations as Q8Kernel and the few-row path.
+template <int R>
+CW_VNNI inline void Q4Kernel(const uint8_t* q, const uint16_t* d, int nb, const int8_t* const* xq,
+                             const float* const* xd, const int32_t* const* xs, __m512* acc,
+                             const SpreadPrefetch& pf) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int b = 0; b < nb; ++b) {
+    pf.Step(b);
+    __m512i ai[R];
+    // xs holds -128 * sum(x) per block, a multiple of 16: >> 4 is exactly -8 * sum(x).
+    CW_UNROLL for (int r = 0; r < R; ++r) ai[r] = _mm512_set1_epi32(xs[r][b] >> 4);
+    CW_UNROLL for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(q + b * kQ4TileBlockBytes + 64 * j);
+      const __m512i lo = _mm512_and_si512(v, m4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      CW_UNROLL for (int r = 0; r < R; ++r) {
+        const int8_t* x = xq[r] + b * 32;
+        ai[r] = _mm512_dpbusd_epi32(ai[r], lo, _mm512_set1_epi32(Load32(x + 4 * j)));
+        ai[r] = _mm512_dpbusd_epi32(ai[r], hi, _mm512_set1_epi32(Load32(x + 16 + 4 * j)));
+      }
+    }
+    const __m512 sw =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 16 * b)));
+    CW_UNROLL for (int r = 0; r < R; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[r]),
+                               _mm512_mul_ps(sw, _mm512_set1_ps(xd[r][b])), acc[r]);
+    }
+  }
+}
+
+template <int R>
+CW_VNNI void Q4Rows(const uint8_t* q, const uint16_t* d, int nb, int64_t b0, const JobRows& rows,
+                    int64_t i0, int64_t ot, __mmask16 mask, bool first, const SpreadPrefetch& pf) {
+  const int8_t* xq[R];
+  const float* xd[R];
+  const int32_t* xs[R];
+  float* y[R];
+  __m512 acc[R];
+  const Activations& x = *rows.x;
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    const RowPtrs rp = RowAt(rows, i0 + r);
+    xq[r] = reinterpret_cast<const int8_t*>(rp.x) + b0 * 32;
+    xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset()) + b0;
+    xs[r] = reinterpret_cast<const int32_t*>(rp.x + x.sums_offset()) + b0;
+    y[r] = rp.y + ot;
+    acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y[r]);
+  }
+  Q4Kernel<R>(q, d, nb, xq, xd, xs, acc, pf);
+  CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
+}
+
+// Q4Rows<n> for the n < 8 rows left after the full register tiles (n <= R).
+template <int R>
+CW_VNNI void Q4RowsRest(int n, const uint8_t* q, const uint16_t* d, int nb, int64_t b0,
+                        const JobRows& rows, int64_t i0, int64_t ot, __mmask16 mask, bool first,
+                        const SpreadPrefetch& pf) {
+  if (n == R) return Q4Rows<R>(q, d, nb, b0, rows, i0, ot, mask, first, pf);
+  if constexpr (R > 1) Q4RowsRest<R - 1>(n, q, d, nb, b0, rows, i0, ot, mask, first, pf);
+}
+
+// Rows from which a chunk of a Q4_0 copy is expanded once into the u8 layout (Q8Kernel's) instead
+// of splitting nibbles in every register tile: at 512 rows the in-tile split cost ~10 %
+// (kernels_bench BM_MatMul rows 512), at 8 rows the expansion would cost more than it saves.
+constexpr int64_t kQ4ExpandRows = 16;
+
+// Blocks [0, nb) of a file-width Q4_0 chunk (q, d) in the u8 layout of Pack (q + 120).
+CW_VNNI void ExpandQ4(const uint8_t* q, const uint16_t* d, int nb, PackedBlock* p) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i off120 = _mm512_set1_epi8(120);
+  for (int b = 0; b < nb; ++b) {
+    CW_UNROLL for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(q + b * kQ4TileBlockBytes + 64 * j);
+      const __m512i lo = _mm512_and_si512(v, m4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      _mm512_store_si512(p[b].q[j], _mm512_add_epi8(lo, off120));
+      _mm512_store_si512(p[b].q[4 + j], _mm512_add_epi8(hi, off120));
+    }
+    _mm512_store_ps(
+        p[b].d, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 16 * b))));
+  }
+}
+
+// Q8Tile for Q4_0 weights with a file-width copy (`prepacked`: RepackQ8's, or nullptr), or with
+// 4 .. kQ4ExpandRows - 1 rows and no copy (chunks repacked here per call in that layout). From a
+// copy, kQ4ExpandRows rows or more multiply chunks expanded to the u8 layout.
+CW_VNNI void Q4TileRows(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1,
+                        const uint8_t* prepacked) {
+  alignas(64) uint8_t scratch_q[kChunkBlocks * kQ4TileBlockBytes];
+  alignas(64) uint16_t scratch_d[kChunkBlocks * kOTile];
+  alignas(64) PackedBlock expanded[kChunkBlocks];
+  const bool expand = prepacked && rows.n_rows >= kQ4ExpandRows;
+  const int64_t nblocks = w.n_in / 32;
+  const size_t tile_bytes = Q4TileBytes(w);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t ot = o0; ot < o1; ot += kOTile) {
+    const int nv = static_cast<int>(std::min<int64_t>(kOTile, o1 - ot));
+    const __mmask16 mask = static_cast<__mmask16>((1u << nv) - 1);
+    const uint8_t* tile = prepacked ? prepacked + (ot / kOTile) * tile_bytes : nullptr;
+    for (int64_t b0 = 0; b0 < nblocks; b0 += kChunkBlocks) {
+      const int nb = static_cast<int>(std::min<int64_t>(kChunkBlocks, nblocks - b0));
+      const uint8_t* q = scratch_q;
+      const uint16_t* d = scratch_d;
+      SpreadPrefetch pf;
+      if (tile) {
+        q = tile + b0 * kQ4TileBlockBytes;
+        d = reinterpret_cast<const uint16_t*>(tile + nblocks * kQ4TileBlockBytes) + b0 * kOTile;
+        // The next chunk's nibbles, or the next tile (nibbles and scales, contiguous; at most
+        // what one chunk multiplies), into L2 while this chunk is multiplied. Unlike the u8
+        // copies, one- to three-row products want it too: without it a one-row product from
+        // these tiles ran at 0.75x the file-streaming path (BM_MatMul, Q4_0 head), with it 1.15x.
+        if (b0 + nb < nblocks) {
+          const int64_t next = std::min<int64_t>(kChunkBlocks, nblocks - b0 - nb);
+          pf = SpreadPrefetch(q + nb * kQ4TileBlockBytes,
+                              static_cast<size_t>(next) * kQ4TileBlockBytes, nb);
+        } else if (ot + kOTile < o1) {
+          pf = SpreadPrefetch(tile + tile_bytes,
+                              std::min<size_t>(tile_bytes, kChunkBlocks * size_t{288}), nb);
+        }
+        if (expand) ExpandQ4(q, d, nb, expanded);
+      } else {
+        PackQ4(base + ot * w.row_bytes, w.row_bytes, nv, b0, nb, scratch_q, scratch_d);
+      }
+      const bool first = b0 == 0;
+      const SpreadPrefetch none;
+      int64_t i = 0;
+      if (expand) {
+        for (; i + 8 <= rows.n_rows; i += 8) {
+          Q8Rows<8>(expanded, nb, b0, rows, i, ot, mask, first, i == 0 ? pf : none);
+        }
+        if (i < rows.n_rows) {
+          Q8RowsRest<7>(static_cast<int>(rows.n_rows - i), expanded, nb, b0, rows, i, ot, mask,
+                        first, none);
+        }
+        continue;
+      }
+      for (; i + 8 <= rows.n_rows; i += 8) {
+        Q4Rows<8>(q, d, nb, b0, rows, i, ot, mask, first, i == 0 ? pf : none);
+      }
+      if (i < rows.n_rows) {
+        Q4RowsRest<7>(static_cast<int>(rows.n_rows - i), q, d, nb, b0, rows, i, ot, mask, first,
+                      i == 0 ? pf : none);
+      }
+    }
+  }
+}
+
 // ---- Few activation rows (decode): stream each weight row once, no repacking.
 
 // Horizontal sums of 8 dpbusd results: v_i lanes 0-7 belong to block 2i, lanes 8-15 to block
@@ -374,14 +557,16 @@ CW_VNNI void DirectQ8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int6
 CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
   // A copy repacked at load holds whole tiles from row 0; the matmul tasks start on tile edges.
   const auto* prepacked = o0 % kOTile == 0 ? static_cast<const PackedBlock*>(w.packed) : nullptr;
-  // Few rows read the tiles too for Q8_0 (36 bytes per 32 weights against 34: one copy in the
-  // caches, and the tiny model's 4-block rows skip the direct path's slow tail). Q4_0 tiles take
-  // twice the file's bytes, which decode (bandwidth-bound) would pay, so its few rows stream the
-  // file's rows.
-  const bool tiles_for_few = prepacked && w.type == GgmlType::kQ8_0;
-  if (rows.n_rows <= kMaxDirectRows && !tiles_for_few) {
+  // Few rows read a copy too when there is one: Q8_0's takes 36 bytes per 32 weights against
+  // the file's 34 (one copy in the caches, and the tiny model's 4-block rows skip the direct
+  // path's slow tail), Q4_0's exactly the file's 18, and its one- and two-row products ran 1.0-1.1x
+  // and 1.3-1.4x as fast as the direct path's (BM_MoeExperts U 165, 2 threads).
+  if (rows.n_rows <= kMaxDirectRows && !prepacked) {
     return w.type == GgmlType::kQ8_0 ? DirectQ8Tile<true>(w, rows, o0, o1)
                                      : DirectQ8Tile<false>(w, rows, o0, o1);
+  }
+  if (w.type == GgmlType::kQ4_0 && (prepacked || rows.n_rows < kQ4ExpandRows)) {
+    return Q4TileRows(w, rows, o0, o1, static_cast<const uint8_t*>(prepacked ? w.packed : nullptr));
   }
   alignas(64) PackedBlock scratch[kChunkBlocks];
   const int64_t nblocks = w.n_in / 32;
@@ -425,6 +610,9 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
 }
 
 size_t Q8PackedBytes(const Matrix& w) {
+  if (w.type == GgmlType::kQ4_0) {
+    return static_cast<size_t>((w.n_out + kOTile - 1) / kOTile) * Q4TileBytes(w);
+  }
   return static_cast<size_t>((w.n_out + kOTile - 1) / kOTile) * static_cast<size_t>(w.n_in / 32) *
          sizeof(PackedBlock);
 }
@@ -432,6 +620,16 @@ size_t Q8PackedBytes(const Matrix& w) {
 CW_VNNI void RepackQ8(const Matrix& w, void* out) {
   const int64_t nblocks = w.n_in / 32;
   const auto* base = static_cast<const uint8_t*>(w.data);
+  if (w.type == GgmlType::kQ4_0) {
+    const size_t tile_bytes = Q4TileBytes(w);
+    for (int64_t ot = 0; ot < w.n_out; ot += kOTile) {
+      const int nv = static_cast<int>(std::min<int64_t>(kOTile, w.n_out - ot));
+      auto* tile = static_cast<uint8_t*>(out) + (ot / kOTile) * tile_bytes;
+      PackQ4(base + ot * w.row_bytes, w.row_bytes, nv, 0, static_cast<int>(nblocks), tile,
+             reinterpret_cast<uint16_t*>(tile + nblocks * kQ4TileBlockBytes));
+    }
+    return;
+  }
   auto* tiles = static_cast<PackedBlock*>(out);
   for (int64_t ot = 0; ot < w.n_out; ot += kOTile) {
     const int nv = static_cast<int>(std::min<int64_t>(kOTile, w.n_out - ot));

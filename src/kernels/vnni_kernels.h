@@ -20,14 +20,18 @@ struct JobRows {
   const int32_t* y_rows;  ///< nullptr = identity
 };
 
-/// y[.][o0, o1) for Q8_0 or Q4_0 weights (w.type) and kQ8_0 activations. Up to 3 activation rows
-/// stream each weight row once. More rows read 16 weight rows x 2048 columns at a time in a tile
-/// layout (u8 with +128 offset, 4-byte groups interleaved across rows): w.packed when RepackQ8
-/// made it, else repacked here per call; then vpdpbusd with register tiles of up to 8 activation
-/// rows. Every path gives bit-identical rows. Requires AVX512 VNNI.
+/// y[.][o0, o1) for Q8_0 or Q4_0 weights (w.type) and kQ8_0 activations. Without a load-time
+/// copy (w.packed), up to 3 activation rows stream each weight row of the file once. Otherwise
+/// 16 weight rows x 2048 columns at a time are read in a tile layout (4-byte groups interleaved
+/// across the rows): Q8_0 as u8 with a +128 offset; Q4_0 as the file's nibbles (its copy has
+/// the file's size), split in the kernel, or expanded per chunk to the u8 layout for 16+ rows;
+/// the tiles come from w.packed when RepackQ8 made it (then for any number of rows), else they
+/// are repacked here per call; then vpdpbusd with register tiles of up to 8 activation rows.
+/// Every path gives bit-identical rows. Requires AVX512 VNNI.
 void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 
-/// Bytes of the tile layout RepackQ8 writes for Q8_0 / Q4_0 `w`: 576 per 16 rows x 32 columns.
+/// Bytes of the tile layout RepackQ8 writes for `w`: per 16 rows x 32 columns 576 for Q8_0, 288
+/// for Q4_0 (the file's size).
 size_t Q8PackedBytes(const Matrix& w);
 
 /// Writes w (Q8_0 or Q4_0) in Q8Tile's tile layout to `out` (Q8PackedBytes(w) bytes, 64-byte
