@@ -31,6 +31,7 @@ class MappedFile {
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
   bool is_mmap() const { return mapped_; }
+  bool is_locked() const { return locked_; }
 
  private:
   void Reset();

@@ -215,6 +215,13 @@ class File {
   uint64_t file_size() const { return bytes_.size(); }
   /// The whole file.
   std::span<const std::byte> bytes() const { return bytes_; }
+  /// The whole file when it is a read-only mmap that is not locked, so pages given back with
+  /// madvise are read from the file again when touched; empty otherwise (read into memory,
+  /// locked, or Parse).
+  std::span<const std::byte> refaultable_bytes() const {
+    return mapping_ && mapping_->is_mmap() && !mapping_->is_locked() ? bytes_
+                                                                     : std::span<const std::byte>{};
+  }
 
   /// All metadata in file order.
   std::span<const KeyValue> metadata() const { return kvs_; }

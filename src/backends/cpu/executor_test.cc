@@ -137,6 +137,66 @@ TEST(CpuExecutor, LoadsBothLayoutsWithTheSameLogits) {
   EXPECT_EQ(MaxAbsDiff(up.Run(*s1, toks), off.Run(*s2, toks)), 0.0f);
 }
 
+// Q4_0 tile copies have the file's size, so from a read-only mapping of the file they replace
+// its pages (issue 18): taken with no allowance at all, the source pages given back, and no bit
+// changes, including for an executor without copies that reads the given-back rows again.
+TEST(CpuExecutor, Q4_0CopiesReplaceTheMappedFilePagesWithTheSameBits) {
+  LoadOptions lo;
+  lo.logger = Logger::Silent();
+  const std::shared_ptr<const Model> model =
+      Model::Load(Synth("q4.gguf", "qwen35moe", "upstream", "Q4_0"), lo);
+  const kernels::Matrix& gate = model->weights().layers[0].ffn_gate_exps.first;
+  ASSERT_EQ(gate.type, GgmlType::kQ4_0);
+  ASSERT_EQ(model->weights().output.type, GgmlType::kQ6_K);  // as llama.cpp's Q4_0 files
+  if (kernels::RepackedBytes(gate) == 0) GTEST_SKIP() << "no tile layout on this CPU";
+  // The policy: no allowance, so only copies that replace mapped pages are made.
+  {
+    Weights w = model->weights();
+    EXPECT_EQ(backends::cpu::RepackWeights(w, 0, Logger::Silent()), 0u);
+    EXPECT_EQ(w.layers[0].ffn_gate_exps.first.packed, nullptr);
+    // A span that does not hold the weights (a tensor converted at load) releases nothing.
+    const std::vector<std::byte> elsewhere(64);
+    EXPECT_EQ(backends::cpu::RepackWeights(w, 0, Logger::Silent(), nullptr, elsewhere), 0u);
+    EXPECT_GT(backends::cpu::RepackWeights(w, 0, Logger::Silent(), nullptr,
+                                           model->file().refaultable_bytes()),
+              0u);
+    EXPECT_NE(w.layers[0].ffn_gate_exps.first.packed, nullptr);
+    EXPECT_EQ(w.output.packed, nullptr);  // Q6_K's copy is 1.7x the file's bytes: it adds
+  }
+  std::FILE* log = std::tmpfile();
+  ASSERT_NE(log, nullptr);
+  CpuExecutor copies(
+      model, CpuOptions{.threads = 2, .repack = true, .logger = Logger(LogLevel::kInfo, log)});
+  CpuExecutor plain(model, CpuOptions{.threads = 2, .repack = false, .logger = Logger::Silent()});
+  std::rewind(log);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), log));
+  std::fclose(log);
+  EXPECT_NE(text.find("replace the file's pages"), std::string::npos) << text;
+  ContextOptions co;
+  co.max_tokens = 64;
+  co.max_logit_rows = 64;
+  StateOptions so;
+  so.n_ctx = 128;
+  auto run = [&](CpuExecutor& exec) {
+    auto ctx = exec.NewContext(co);
+    auto st = exec.NewState(so);
+    std::vector<float> out;
+    const auto prompt = RandomTokens(24, 7, 1500);
+    for (std::span<const int32_t> toks :
+         {std::span<const int32_t>(prompt), std::span<const int32_t>(prompt).first(1)}) {
+      SequenceInput in{st.get(), toks, PassKind::kCausal, LogitRows::kAll, false};
+      exec.Forward({&in, 1}, *ctx);
+      const auto l = ctx->logits(0);
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+  const std::vector<float> a = run(copies), b = run(plain);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
 TEST(CpuExecutor, NormWeightsAreUsedAsStored) {
   // The +1 of Qwen3.5's zero-centred RMSNorm is already in the file: loading must not add it.
   const std::string path = Synth("up.gguf", "qwen35moe", "upstream");

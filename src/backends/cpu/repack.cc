@@ -2,6 +2,7 @@
 #include "backends/cpu/repack.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,7 +22,25 @@ size_t RepackAllowance(size_t physical_bytes, size_t file_bytes) {
   return std::min(quarter, room);
 }
 
-size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadPool* pool) {
+namespace {
+// Gives back the whole pages inside [p, p + n) of a read-only file mapping (RepackWeights).
+void ReleaseFilePages(const void* p, size_t n) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t lo = (a + page - 1) / page * page, hi = (a + n) / page * page;
+  if (hi <= lo) return;
+  void* start = reinterpret_cast<void*>(lo);
+#ifdef MADV_PAGEOUT
+  // Reclaims the pages now where no other process maps them; otherwise (older kernels, shared
+  // pages) MADV_DONTNEED below leaves them to the page cache's normal reclaim.
+  ::madvise(start, hi - lo, MADV_PAGEOUT);
+#endif
+  ::madvise(start, hi - lo, MADV_DONTNEED);
+}
+}  // namespace
+
+size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadPool* pool,
+                     std::span<const std::byte> file_mapping) {
   // Every matrix once; the routed experts' stacks are one entry with n_expert copies.
   struct Target {
     kernels::Matrix* m;
@@ -36,6 +55,7 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   struct Job {
     kernels::Matrix m;
     size_t offset;
+    bool replaces;  ///< its source pages are released once the copy is written
   };
   std::vector<Job> jobs;
   struct Placed {
@@ -48,7 +68,7 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   // multiplies it, so when not everything fits (a mid-size file; RepackAllowance gives a
   // full-size one none) the head's copy comes before any layer's.
   // Each matrix is taken when it fits in what is left of the allowance.
-  size_t total = 0, left_out = 0;
+  size_t total = 0, added = 0, replaced = 0, left_out = 0;
   int n_left_out = 0;
   for (const Target& t : targets) {
     if (!t.m->data) continue;
@@ -57,14 +77,23 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
     const size_t stride = (bytes + 63) / 64 * 64;
     const int copies = t.experts ? t.experts->n_expert : 1;
     const size_t all = stride * static_cast<size_t>(copies);
-    if (total + all > max_bytes) {
+    // Only weights that are the mapping's own bytes (a tensor converted at load lives in this
+    // process's memory, which a release would zero).
+    const size_t file_bytes = t.experts ? t.experts->expert_stride * static_cast<size_t>(copies)
+                                        : static_cast<size_t>(t.m->n_out) * t.m->row_bytes;
+    const auto* src = static_cast<const std::byte*>(t.m->data);
+    const bool in_mapping = !file_mapping.empty() && src >= file_mapping.data() &&
+                            src + file_bytes <= file_mapping.data() + file_mapping.size();
+    const bool replaces = in_mapping && bytes <= static_cast<size_t>(t.m->n_out) * t.m->row_bytes;
+    if (!replaces && added + all > max_bytes) {
       left_out += all;
       ++n_left_out;
       continue;
     }
+    (replaces ? replaced : added) += all;
     placed.push_back({&t, total, stride});
     for (int e = 0; e < copies; ++e) {
-      jobs.push_back({t.experts ? t.experts->Expert(e) : *t.m, total});
+      jobs.push_back({t.experts ? t.experts->Expert(e) : *t.m, total, replaces});
       total += stride;
     }
   }
@@ -98,7 +127,11 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   const auto addr = reinterpret_cast<uintptr_t>(mem);
   std::byte* base = static_cast<std::byte*>(mem) + (kHuge - addr % kHuge) % kHuge;
   ::madvise(base, total, MADV_HUGEPAGE);
-  auto run = [&](int64_t j, int) { kernels::Repack(jobs[j].m, base + jobs[j].offset); };
+  auto run = [&](int64_t j, int) {
+    const kernels::Matrix& m = jobs[j].m;
+    kernels::Repack(m, base + jobs[j].offset);
+    if (jobs[j].replaces) ReleaseFilePages(m.data, static_cast<size_t>(m.n_out) * m.row_bytes);
+  };
   if (pool) {
     pool->ParallelFor(static_cast<int64_t>(jobs.size()), run);
   } else {
@@ -110,6 +143,12 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   }
   logger.Info("repacked {} matrices into the VNNI tile layout ({:.1f} MiB, bit-identical results)",
               placed.size(), total / 1048576.0);
+  if (replaced > 0) {
+    logger.Info(
+        "{:.1f} MiB of those copies replace the file's pages of the same weights (given back to "
+        "the page cache)",
+        replaced / 1048576.0);
+  }
   return total;
 }
 
