@@ -39,6 +39,8 @@ expect 2 "ctx-size: Value 0 not in range" bench -c 0
 # --threshold and --block-size: 0 is out of range, not "the model's default".
 expect 2 "--threshold must be in \(0, 1\] \(got 0\)" run -p hi --mode diffusion --threshold 0
 expect 2 "--threshold must be in \(0, 1\] \(got 0\)" serve --port 0 --threshold 0
+# Positive but 0 as a float: named as the server names it, not "got 0".
+expect 2 "--threshold is 0 as a 32-bit float \(got 1e-300; the smallest is about 1.4e-45\)" run -p hi --mode diffusion --threshold 1e-300
 expect 2 "--block-size must be in \[2, 256\] \(got 0\)" run -p hi --mode diffusion --block-size 0
 # Threads: refused beyond 4 per hardware thread (before any is started), a warning above 1.
 expect 2 "-t 1000 is more than 4 threads per hardware thread \($hw here\)" run -p hi -t 1000

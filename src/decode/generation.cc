@@ -88,7 +88,14 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
 DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
   p.mode = ParseMode(mode, "--mode");  // named after the flag, like the range errors
   if (block_size) p.block_size = *block_size;
-  if (threshold) p.threshold = static_cast<float>(*threshold);
+  if (threshold) {
+    // As the server says it: a positive value below the smallest float is not "got 0".
+    if (*threshold > 0.0 && static_cast<float>(*threshold) == 0.0f) {
+      Fail("--threshold is 0 as a 32-bit float (got {}; the smallest is about 1.4e-45)",
+           *threshold);
+    }
+    p.threshold = static_cast<float>(*threshold);
+  }
   if (draft_expert_budget) p.draft_expert_budget = true;
   if (fuse_passes) p.fuse_passes = true;
   if (draft_max) {
