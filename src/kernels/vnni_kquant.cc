@@ -300,15 +300,16 @@ CW_VNNI inline void Q4KKernel(const PackedQ4K* p, int nsb, const int8_t* const* 
   }
 }
 
-// Q6_K tile: q[s][g] lane r: the 4 stored quants (u8 = q + 32, 0..63) of group g; sc[s][u]
-// lane r: int8 scale of sub-block u (16 columns); sp[s][p] lane r: scales of sub-blocks 2p and
-// 2p+1 as two int16 (for the -32 offset term); d: fp16 scale.
+// Q6_K tile (39,424 bytes): q[s][g] lane r: the 4 stored quants (u8 = q + 32, 0..63) of group g;
+// sc[s][u] lane r: int8 scale of sub-block u (16 columns); sp[s][p] lane r: scales of sub-blocks 2p
+// and 2p+1 as two int16 (for the -32 offset term); d: fp16 scale.
 struct alignas(64) PackedQ6K {
   uint8_t q[kChunkSb][64][64];
-  int32_t sc[kChunkSb][16][kRows];
+  int8_t sc[kChunkSb][16][kRows];  // widened in the kernel (as int32 the copy was 15 % larger)
   int32_t sp[kChunkSb][8][kRows];
   float d[kChunkSb][kRows];
 };
+static_assert(sizeof(PackedQ6K) == 39424);
 
 CW_VNNI void PackQ6K(const uint8_t* w0, size_t rb, int nv, int64_t sb0, int nsb, PackedQ6K* p) {
   const uint8_t* rows[kRows];
@@ -386,7 +387,8 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
               part[r], wv, _mm512_set1_epi32(Load32(xq[r] + 256 * s + 16 * u + 4 * g)));
         }
       }
-      const __m512i scv = _mm512_load_si512(p->sc[s][u]);
+      const __m512i scv =
+          _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p->sc[s][u])));
       CW_UNROLL for (int r = 0; r < R; ++r) {
         isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(part[r], scv));
       }
