@@ -190,8 +190,8 @@ BENCHMARK(BM_MatMul)
 // and down 512 -> 2048; 453 MB in Q4_0, so from DRAM): U distinct experts chosen at random each
 // iteration, each with `rows` activation rows, as two MatMul job lists (gate+up, then down) the
 // way the CPU executor's MoE layer issues them. U = 8 is an AR step, 57 an 8-row verify with a
-// random router (issue 18). GB/s counts the expert bytes read (the file's; a Q4_0 tile copy
-// has the same size). Args: type, U, rows, threads, packed (1: every expert's load-time tile
+// random router (issue 18). GB/s counts the file's expert bytes (a Q4_0 tile copy has the same
+// size, a Q8_0 one 1.06x). Args: type, U, rows, threads, packed (1: every expert's load-time tile
 // copy in huge pages, as the executor keeps them).
 void BM_MoeExperts(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];

@@ -102,6 +102,7 @@ std::unique_ptr<model::Executor> CreateVulkan(std::shared_ptr<const model::Model
     cpu::CpuOptions c;
     c.threads = options.threads;
     c.repack = options.repack;
+    c.first_layer = options.n_gpu_layers;
     c.logger = options.logger;
     auto host = std::make_unique<cpu::CpuExecutor>(model, c);
     return std::make_unique<SplitExecutor>(std::move(model), std::move(gpu), std::move(host));

@@ -89,8 +89,12 @@ DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
   p.mode = ParseMode(mode, "--mode");  // named after the flag, like the range errors
   if (block_size) p.block_size = *block_size;
   if (threshold) {
-    // As the server says it: a positive value below the smallest float is not "got 0".
-    if (*threshold > 0.0 && static_cast<float>(*threshold) == 0.0f) {
+    // Checked as the double it is (converting a value beyond the float range is undefined), and
+    // as the server says it: a positive value below the smallest float is not "got 0".
+    if (!(*threshold > 0.0 && *threshold <= 1.0)) {
+      Fail("--threshold must be in (0, 1] (got {})", *threshold);
+    }
+    if (static_cast<float>(*threshold) == 0.0f) {
       Fail("--threshold is 0 as a 32-bit float (got {}; the smallest is about 1.4e-45)",
            *threshold);
     }
@@ -102,7 +106,12 @@ DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
     p.draft_auto = *draft_max == kDraftAuto;
     if (*draft_max != kDraftAuto) p.draft_max = *draft_max;
   }
-  if (draft_p_min) p.draft_p_min = static_cast<float>(*draft_p_min);
+  if (draft_p_min) {
+    if (!(*draft_p_min >= 0.0 && *draft_p_min <= 1.0)) {  // before the float conversion
+      Fail("--draft-p-min must be in [0, 1] (got {})", *draft_p_min);
+    }
+    p.draft_p_min = static_cast<float>(*draft_p_min);
+  }
   if (verify_chunk) p.verify_chunk = *verify_chunk;
   SamplingParams& s = p.sampling;
   if (temperature) s.temperature = static_cast<float>(*temperature);

@@ -28,12 +28,12 @@ struct Matrix {
 };
 
 /// Bytes of the tile layout Repack writes for `w`, 0 when this CPU's kernels have none for
-/// w.type. Today, on AVX-512 VNNI: Q8_0 and Q4_0 (576 bytes per 16 rows x 32 columns, about
-/// 1.06x the Q8_0 size, 2x Q4_0) and Q4_K / Q5_K / Q6_K (per 16 rows x 2048 columns one unpacked
-/// tile: Q6_K 1.7x its size). Products of 4 or more activation rows read it instead of
-/// repacking each 16-row tile on every call (llama.cpp's CPU "repack" buffers do the same), and
-/// so do Q8_0 products of 1-3 rows; the other types' products of 1-3 rows read the file's rows
-/// (fewer bytes).
+/// w.type. Today, on AVX-512 VNNI: Q8_0 (576 bytes per 16 rows x 32 columns, about 1.06x its
+/// size), Q4_0 (288 bytes per 16 x 32: its size) and Q4_K / Q5_K / Q6_K (per 16 rows x 2048
+/// columns one unpacked tile: Q6_K 1.5x its size). Products of 4 or more activation rows read it
+/// instead of repacking each 16-row tile on every call (llama.cpp's CPU "repack" buffers do the
+/// same), and so do Q8_0 and Q4_0 products of 1-3 rows; the K-quants' products of 1-3 rows read
+/// the file's rows (fewer bytes).
 size_t RepackedBytes(const Matrix& w);
 
 /// Writes `w` in the tile layout to `out` (RepackedBytes(w) > 0 bytes, 64-byte aligned); set

@@ -275,8 +275,10 @@ CW_VNNI void Q4TileRows(const Matrix& w, const JobRows& rows, int64_t o0, int64_
       if (tile) {
         q = tile + b0 * kQ4TileBlockBytes;
         d = reinterpret_cast<const uint16_t*>(tile + nblocks * kQ4TileBlockBytes) + b0 * kOTile;
-        // The next chunk's nibbles, or the next tile (nibbles and scales, contiguous; at most
-        // what one chunk multiplies), into L2 while this chunk is multiplied. Unlike the u8
+        // The next chunk's nibbles, or the start of the next tile (its first chunk's nibbles,
+        // and for tiles of one chunk its scales too, which follow them), into L2 while this
+        // chunk is multiplied; the scales of later chunks (1/9 of the bytes) are left to the
+        // hardware prefetcher. Unlike the u8
         // copies, one- to three-row products want it too: without it a one-row product from
         // these tiles ran at 0.75x the file-streaming path (BM_MatMul, Q4_0 head), with it 1.15x.
         if (b0 + nb < nblocks) {

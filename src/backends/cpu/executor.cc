@@ -44,7 +44,12 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
           "({:.1f} MiB) and a quarter kept free",
           budget / 1048576.0, phys / 1048576.0, file / 1048576.0);
     }
-    RepackWeights(w_, budget, logger_, pool_.get(), model_->file().refaultable_bytes());
+    RepackWeights(w_,
+                  {.max_added = budget,
+                   .max_total = RepackCap(phys),
+                   .file_mapping = model_->file().refaultable_bytes(),
+                   .first_layer = options.first_layer},
+                  logger_, pool_.get());
   } else {
     logger_.Info("weights not repacked (--no-repack): passes of 4+ rows repack tiles on the fly");
   }

@@ -21,8 +21,11 @@ namespace crossword::backends::cpu {
 struct CpuOptions {
   int threads = 0;  ///< 0: all hardware threads
   /// Keep a copy of the quantized matrices in the multi-row kernel's tile layout (RepackWeights)
-  /// when it fits in a quarter of physical memory; --no-repack turns it off. Same results.
+  /// when it fits in a quarter of physical memory (RepackLimits); --no-repack turns it off. Same
+  /// results.
   bool repack = true;
+  /// Layers below it run on another executor (`-ngl N` splits): no tile copies for them.
+  int first_layer = 0;
   /// How a multi-row pass uses the pool (docs/decoding.md, "Row-split passes"). kRows: each
   /// thread runs the row-independent work of a layer (norms, products, the MoE) for its own block
   /// of rows, one hand-off per layer, instead of one per product; kColumns: every product

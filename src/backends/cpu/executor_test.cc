@@ -149,19 +149,38 @@ TEST(CpuExecutor, Q4_0CopiesReplaceTheMappedFilePagesWithTheSameBits) {
   ASSERT_EQ(gate.type, GgmlType::kQ4_0);
   ASSERT_EQ(model->weights().output.type, GgmlType::kQ6_K);  // as llama.cpp's Q4_0 files
   if (kernels::RepackedBytes(gate) == 0) GTEST_SKIP() << "no tile layout on this CPU";
-  // The policy: no allowance, so only copies that replace mapped pages are made.
+  // The policy: no allowance, so only copies that replace mapped pages are made, and only within
+  // the cap on all copies and from the first layer this executor runs.
   {
+    using backends::cpu::RepackLimits;
+    using backends::cpu::RepackWeights;
+    const auto mapping = model->file().refaultable_bytes();
+    auto limits = [](size_t max_total, std::span<const std::byte> file_mapping, int first_layer) {
+      RepackLimits l;
+      l.max_total = max_total;
+      l.file_mapping = file_mapping;
+      l.first_layer = first_layer;
+      return l;  // max_added stays 0
+    };
+    const size_t cap = size_t{1} << 40;
     Weights w = model->weights();
-    EXPECT_EQ(backends::cpu::RepackWeights(w, 0, Logger::Silent()), 0u);
+    EXPECT_EQ(RepackWeights(w, limits(cap, {}, 0), Logger::Silent()), 0u);
     EXPECT_EQ(w.layers[0].ffn_gate_exps.first.packed, nullptr);
     // A span that does not hold the weights (a tensor converted at load) releases nothing.
     const std::vector<std::byte> elsewhere(64);
-    EXPECT_EQ(backends::cpu::RepackWeights(w, 0, Logger::Silent(), nullptr, elsewhere), 0u);
-    EXPECT_GT(backends::cpu::RepackWeights(w, 0, Logger::Silent(), nullptr,
-                                           model->file().refaultable_bytes()),
-              0u);
-    EXPECT_NE(w.layers[0].ffn_gate_exps.first.packed, nullptr);
-    EXPECT_EQ(w.output.packed, nullptr);  // Q6_K's copy is 1.7x the file's bytes: it adds
+    EXPECT_EQ(RepackWeights(w, limits(cap, elsewhere, 0), Logger::Silent()), 0u);
+    // Replacing copies stay within the cap on all copies (anonymous memory, not page cache).
+    EXPECT_EQ(RepackWeights(w, limits(0, mapping, 0), Logger::Silent()), 0u);
+    // Layers another executor runs (-ngl) get none.
+    const int n_layer = static_cast<int>(w.layers.size());
+    ASSERT_GE(n_layer, 2);
+    EXPECT_GT(RepackWeights(w, limits(cap, mapping, n_layer - 1), Logger::Silent()), 0u);
+    EXPECT_EQ(w.layers[0].ffn_gate_exps.first.packed, nullptr);
+    EXPECT_NE(w.layers[n_layer - 1].ffn_gate_exps.first.packed, nullptr);
+    Weights all = model->weights();
+    EXPECT_GT(RepackWeights(all, limits(cap, mapping, 0), Logger::Silent()), 0u);
+    EXPECT_NE(all.layers[0].ffn_gate_exps.first.packed, nullptr);
+    EXPECT_EQ(all.output.packed, nullptr);  // Q6_K's copy is 1.5x the file's bytes: it adds
   }
   std::FILE* log = std::tmpfile();
   ASSERT_NE(log, nullptr);

@@ -31,23 +31,27 @@ void ReleaseFilePages(const void* p, size_t n) {
   if (hi <= lo) return;
   void* start = reinterpret_cast<void*>(lo);
 #ifdef MADV_PAGEOUT
-  // Reclaims the pages now where no other process maps them; otherwise (older kernels, shared
-  // pages) MADV_DONTNEED below leaves them to the page cache's normal reclaim.
+  // Reclaims the pages now where no other process maps them and the kernel allows it for this
+  // file (recent kernels only page out file pages the process could write); otherwise
+  // MADV_DONTNEED below leaves them to the page cache's normal reclaim.
   ::madvise(start, hi - lo, MADV_PAGEOUT);
 #endif
   ::madvise(start, hi - lo, MADV_DONTNEED);
 }
 }  // namespace
 
-size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadPool* pool,
-                     std::span<const std::byte> file_mapping) {
+size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logger,
+                     ThreadPool* pool) {
+  const std::span<const std::byte> file_mapping = limits.file_mapping;
   // Every matrix once; the routed experts' stacks are one entry with n_expert copies.
   struct Target {
     kernels::Matrix* m;
     ExpertTensor* experts;
   };
   std::vector<Target> targets{{&w.output, nullptr}};
-  for (LayerWeights& L : w.layers) {
+  for (size_t il = static_cast<size_t>(std::max(0, limits.first_layer)); il < w.layers.size();
+       ++il) {
+    LayerWeights& L = w.layers[il];
     for (kernels::Matrix* m : L.DenseMatrices()) targets.push_back({m, nullptr});
     for (ExpertTensor* e : L.ExpertStacks()) targets.push_back({&e->first, e});
   }
@@ -81,11 +85,14 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
     // process's memory, which a release would zero).
     const size_t file_bytes = t.experts ? t.experts->expert_stride * static_cast<size_t>(copies)
                                         : static_cast<size_t>(t.m->n_out) * t.m->row_bytes;
-    const auto* src = static_cast<const std::byte*>(t.m->data);
-    const bool in_mapping = !file_mapping.empty() && src >= file_mapping.data() &&
-                            src + file_bytes <= file_mapping.data() + file_mapping.size();
+    const auto src = reinterpret_cast<uintptr_t>(t.m->data);
+    const auto map0 = reinterpret_cast<uintptr_t>(file_mapping.data());
+    const bool in_mapping =
+        !file_mapping.empty() && src >= map0 && src - map0 + file_bytes <= file_mapping.size();
     const bool replaces = in_mapping && bytes <= static_cast<size_t>(t.m->n_out) * t.m->row_bytes;
-    if (!replaces && added + all > max_bytes) {
+    const bool fits =
+        added + replaced + all <= limits.max_total && (replaces || added + all <= limits.max_added);
+    if (!fits) {
       left_out += all;
       ++n_left_out;
       continue;
@@ -99,9 +106,11 @@ size_t RepackWeights(Weights& w, size_t max_bytes, const Logger& logger, ThreadP
   }
   if (n_left_out > 0) {
     logger.Info(
-        "{} matrices not repacked: their tile copies would take {:.1f} MiB more than the {:.1f} "
-        "MiB allowed (their passes of 4+ rows repack on the fly)",
-        n_left_out, left_out / 1048576.0, max_bytes / 1048576.0);
+        "{} matrices not repacked: their tile copies would take {:.1f} MiB more than allowed "
+        "({:.1f} MiB that add to the mapped file, {:.1f} MiB in all; their passes of 4+ rows "
+        "repack on the fly)",
+        n_left_out, left_out / 1048576.0, limits.max_added / 1048576.0,
+        limits.max_total / 1048576.0);
   }
   if (total == 0) return 0;
   // Anonymous pages, uninitialized (every byte is written by Repack; zero-filling gigabytes
