@@ -102,36 +102,6 @@ CW_VNNI inline void Q8Kernel(const PackedBlock* p, int nb, const int8_t* const* 
   }
 }
 
-template <int R>
-CW_VNNI void Q8Rows(const PackedBlock* p, int nb, int64_t b0, const JobRows& rows, int64_t i0,
-                    int64_t ot, __mmask16 mask, bool first, const SpreadPrefetch& pf) {
-  const int8_t* xq[R];
-  const float* xd[R];
-  const int32_t* xs[R];
-  float* y[R];
-  __m512 acc[R];
-  const Activations& x = *rows.x;
-  CW_UNROLL for (int r = 0; r < R; ++r) {
-    const RowPtrs rp = RowAt(rows, i0 + r);
-    xq[r] = reinterpret_cast<const int8_t*>(rp.x) + b0 * 32;
-    xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset()) + b0;
-    xs[r] = reinterpret_cast<const int32_t*>(rp.x + x.sums_offset()) + b0;
-    y[r] = rp.y + ot;
-    acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y[r]);
-  }
-  Q8Kernel<R>(p, nb, xq, xd, xs, acc, pf);
-  CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
-}
-
-// Q8Rows<n> for the n < 8 rows left after the full register tiles (n <= R).
-template <int R>
-CW_VNNI void Q8RowsRest(int n, const PackedBlock* p, int nb, int64_t b0, const JobRows& rows,
-                        int64_t i0, int64_t ot, __mmask16 mask, bool first,
-                        const SpreadPrefetch& pf) {
-  if (n == R) return Q8Rows<R>(p, nb, b0, rows, i0, ot, mask, first, pf);
-  if constexpr (R > 1) Q8RowsRest<R - 1>(n, p, nb, b0, rows, i0, ot, mask, first, pf);
-}
-
 // ---- Q4_0 tiles at the file's width. A 16-row tile of nb blocks holds q[b][j] (lane i = qs
 // bytes 4j..4j+3 of block b of weight row i, as the file stores them: low nibbles are columns
 // 4j..4j+3, high nibbles columns 16+4j..16+4j+3) for every block, then d[b] (the 16 rows' fp16
@@ -141,7 +111,11 @@ CW_VNNI void Q8RowsRest(int n, const PackedBlock* p, int nb, int64_t b0, const J
 constexpr int64_t kQ4TileBlockBytes = 4 * 64;  // q of one block; d follows all of a tile's q
 
 // Bytes of one 16-row tile of w (Q4_0) in this layout.
-inline size_t Q4TileBytes(const Matrix& w) { return static_cast<size_t>(w.n_in / 32) * 288; }
+constexpr size_t kQ4TileBlockAll = kQ4TileBlockBytes + sizeof(uint16_t) * kOTile;  // 288
+static_assert(kQ4TileBlockAll == 16 * sizeof(BlockQ4_0));
+inline size_t Q4TileBytes(const Matrix& w) {
+  return static_cast<size_t>(w.n_in / 32) * kQ4TileBlockAll;
+}
 
 // Writes blocks [b0, b0 + nb) of weight rows w0 .. w0 + (nv-1)*rb into q[0, nb) and d[0, nb)
 // (rows past nv repeat the last valid row; their results are masked off).
@@ -199,9 +173,30 @@ CW_VNNI inline void Q4Kernel(const uint8_t* q, const uint16_t* d, int nb, const 
   }
 }
 
+// A chunk of a file-width Q4_0 tile: its blocks' nibbles and fp16 scales.
+struct Q4Chunk {
+  const uint8_t* q;
+  const uint16_t* d;
+};
+
+// The register-tile kernel of a chunk's layout: u8 blocks (Q8Kernel) or file-width Q4_0.
 template <int R>
-CW_VNNI void Q4Rows(const uint8_t* q, const uint16_t* d, int nb, int64_t b0, const JobRows& rows,
-                    int64_t i0, int64_t ot, __mmask16 mask, bool first, const SpreadPrefetch& pf) {
+CW_VNNI inline void TileKernel(const PackedBlock* p, int nb, const int8_t* const* xq,
+                               const float* const* xd, const int32_t* const* xs, __m512* acc,
+                               const SpreadPrefetch& pf) {
+  Q8Kernel<R>(p, nb, xq, xd, xs, acc, pf);
+}
+template <int R>
+CW_VNNI inline void TileKernel(Q4Chunk c, int nb, const int8_t* const* xq, const float* const* xd,
+                               const int32_t* const* xs, __m512* acc, const SpreadPrefetch& pf) {
+  Q4Kernel<R>(c.q, c.d, nb, xq, xd, xs, acc, pf);
+}
+
+// Activation rows [i0, i0 + R) against one chunk (blocks [b0, b0 + nb)) of a 16-row tile,
+// into output columns [ot, ot + 16) (mask: the valid ones); `first` starts the sums at 0.
+template <int R, class Tiles>
+CW_VNNI void TileRows(Tiles tiles, int nb, int64_t b0, const JobRows& rows, int64_t i0, int64_t ot,
+                      __mmask16 mask, bool first, const SpreadPrefetch& pf) {
   const int8_t* xq[R];
   const float* xd[R];
   const int32_t* xs[R];
@@ -216,17 +211,32 @@ CW_VNNI void Q4Rows(const uint8_t* q, const uint16_t* d, int nb, int64_t b0, con
     y[r] = rp.y + ot;
     acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y[r]);
   }
-  Q4Kernel<R>(q, d, nb, xq, xd, xs, acc, pf);
+  TileKernel<R>(tiles, nb, xq, xd, xs, acc, pf);
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
 }
 
-// Q4Rows<n> for the n < 8 rows left after the full register tiles (n <= R).
-template <int R>
-CW_VNNI void Q4RowsRest(int n, const uint8_t* q, const uint16_t* d, int nb, int64_t b0,
-                        const JobRows& rows, int64_t i0, int64_t ot, __mmask16 mask, bool first,
-                        const SpreadPrefetch& pf) {
-  if (n == R) return Q4Rows<R>(q, d, nb, b0, rows, i0, ot, mask, first, pf);
-  if constexpr (R > 1) Q4RowsRest<R - 1>(n, q, d, nb, b0, rows, i0, ot, mask, first, pf);
+// TileRows<n> for the n < 8 rows left after the full register tiles (n <= R).
+template <int R, class Tiles>
+CW_VNNI void TileRowsRest(int n, Tiles tiles, int nb, int64_t b0, const JobRows& rows, int64_t i0,
+                          int64_t ot, __mmask16 mask, bool first, const SpreadPrefetch& pf) {
+  if (n == R) return TileRows<R>(tiles, nb, b0, rows, i0, ot, mask, first, pf);
+  if constexpr (R > 1) TileRowsRest<R - 1>(n, tiles, nb, b0, rows, i0, ot, mask, first, pf);
+}
+
+// Every activation row of `rows` against one chunk: register tiles of 8 rows, then the rest; the
+// first tile issues the chunk's prefetches.
+template <class Tiles>
+CW_VNNI void AllRowsOfChunk(Tiles tiles, int nb, int64_t b0, const JobRows& rows, int64_t ot,
+                            __mmask16 mask, bool first, const SpreadPrefetch& pf) {
+  const SpreadPrefetch none;
+  int64_t i = 0;
+  for (; i + 8 <= rows.n_rows; i += 8) {
+    TileRows<8>(tiles, nb, b0, rows, i, ot, mask, first, i == 0 ? pf : none);
+  }
+  if (i < rows.n_rows) {
+    TileRowsRest<7>(static_cast<int>(rows.n_rows - i), tiles, nb, b0, rows, i, ot, mask, first,
+                    i == 0 ? pf : none);
+  }
 }
 
 // Rows from which a chunk of a Q4_0 copy is expanded once into the u8 layout (Q8Kernel's) instead
@@ -287,31 +297,18 @@ CW_VNNI void Q4TileRows(const Matrix& w, const JobRows& rows, int64_t o0, int64_
                               static_cast<size_t>(next) * kQ4TileBlockBytes, nb);
         } else if (ot + kOTile < o1) {
           pf = SpreadPrefetch(tile + tile_bytes,
-                              std::min<size_t>(tile_bytes, kChunkBlocks * size_t{288}), nb);
+                              std::min<size_t>(tile_bytes, kChunkBlocks * kQ4TileBlockAll), nb);
         }
         if (expand) ExpandQ4(q, d, nb, expanded);
       } else {
         PackQ4(base + ot * w.row_bytes, w.row_bytes, nv, b0, nb, scratch_q, scratch_d);
       }
       const bool first = b0 == 0;
-      const SpreadPrefetch none;
-      int64_t i = 0;
       if (expand) {
-        for (; i + 8 <= rows.n_rows; i += 8) {
-          Q8Rows<8>(expanded, nb, b0, rows, i, ot, mask, first, i == 0 ? pf : none);
-        }
-        if (i < rows.n_rows) {
-          Q8RowsRest<7>(static_cast<int>(rows.n_rows - i), expanded, nb, b0, rows, i, ot, mask,
-                        first, none);
-        }
-        continue;
-      }
-      for (; i + 8 <= rows.n_rows; i += 8) {
-        Q4Rows<8>(q, d, nb, b0, rows, i, ot, mask, first, i == 0 ? pf : none);
-      }
-      if (i < rows.n_rows) {
-        Q4RowsRest<7>(static_cast<int>(rows.n_rows - i), q, d, nb, b0, rows, i, ot, mask, first,
-                      i == 0 ? pf : none);
+        AllRowsOfChunk(static_cast<const PackedBlock*>(expanded), nb, b0, rows, ot, mask, first,
+                       pf);
+      } else {
+        AllRowsOfChunk(Q4Chunk{q, d}, nb, b0, rows, ot, mask, first, pf);
       }
     }
   }
@@ -597,16 +594,7 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
       } else {
         Pack(w.type, base + ot * w.row_bytes, w.row_bytes, nv, b0, nb, scratch);
       }
-      const bool first = b0 == 0;
-      const SpreadPrefetch none;
-      int64_t i = 0;
-      for (; i + 8 <= rows.n_rows; i += 8) {
-        Q8Rows<8>(p, nb, b0, rows, i, ot, mask, first, i == 0 ? pf : none);
-      }
-      if (i < rows.n_rows) {
-        Q8RowsRest<7>(static_cast<int>(rows.n_rows - i), p, nb, b0, rows, i, ot, mask, first,
-                      i == 0 ? pf : none);
-      }
+      AllRowsOfChunk(p, nb, b0, rows, ot, mask, b0 == 0, pf);
     }
   }
 }
