@@ -71,8 +71,8 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
   // In the order of `targets`, the output head first: every row of every pass that needs logits
   // multiplies it, so when not everything fits (a mid-size file; RepackAllowance gives a
   // full-size one none) the head's copy comes before any layer's.
-  // Each matrix is taken when it fits in what is left of the allowance.
-  size_t total = 0, added = 0, replaced = 0, left_out = 0;
+  // Each matrix is taken when it fits in what is left of the limits (RepackLimits).
+  size_t total = 0, added = 0, left_out = 0;  // total: every copy; added: those not replacing
   int n_left_out = 0;
   for (const Target& t : targets) {
     if (!t.m->data) continue;
@@ -83,21 +83,22 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
     const size_t all = stride * static_cast<size_t>(copies);
     // Only weights that are the mapping's own bytes (a tensor converted at load lives in this
     // process's memory, which a release would zero).
-    const size_t file_bytes = t.experts ? t.experts->expert_stride * static_cast<size_t>(copies)
-                                        : static_cast<size_t>(t.m->n_out) * t.m->row_bytes;
+    const size_t matrix_bytes = static_cast<size_t>(t.m->n_out) * t.m->row_bytes;
+    const size_t file_bytes =
+        t.experts ? t.experts->expert_stride * static_cast<size_t>(copies) : matrix_bytes;
     const auto src = reinterpret_cast<uintptr_t>(t.m->data);
     const auto map0 = reinterpret_cast<uintptr_t>(file_mapping.data());
     const bool in_mapping =
         !file_mapping.empty() && src >= map0 && src - map0 + file_bytes <= file_mapping.size();
-    const bool replaces = in_mapping && bytes <= static_cast<size_t>(t.m->n_out) * t.m->row_bytes;
+    const bool replaces = in_mapping && bytes <= matrix_bytes;
     const bool fits =
-        added + replaced + all <= limits.max_total && (replaces || added + all <= limits.max_added);
+        total + all <= limits.max_total && (replaces || added + all <= limits.max_added);
     if (!fits) {
       left_out += all;
       ++n_left_out;
       continue;
     }
-    (replaces ? replaced : added) += all;
+    if (!replaces) added += all;
     placed.push_back({&t, total, stride});
     for (int e = 0; e < copies; ++e) {
       jobs.push_back({t.experts ? t.experts->Expert(e) : *t.m, total, replaces});
@@ -152,7 +153,7 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
   }
   logger.Info("repacked {} matrices into the VNNI tile layout ({:.1f} MiB, bit-identical results)",
               placed.size(), total / 1048576.0);
-  if (replaced > 0) {
+  if (const size_t replaced = total - added; replaced > 0) {
     logger.Info(
         "{:.1f} MiB of those copies replace the file's pages of the same weights (given back to "
         "the page cache)",
