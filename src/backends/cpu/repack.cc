@@ -155,8 +155,8 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
               placed.size(), total / 1048576.0);
   if (const size_t replaced = total - added; replaced > 0) {
     logger.Info(
-        "{:.1f} MiB of those copies replace the file's pages of the same weights (given back to "
-        "the page cache)",
+        "{:.1f} MiB of those copies replace the file's pages of the same weights (those pages "
+        "are released; read from the file again if ever needed)",
         replaced / 1048576.0);
   }
   return total;
