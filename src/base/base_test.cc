@@ -1,9 +1,11 @@
 // Tests for base: fp16/bf16 conversions against the F16C instruction, errors, file mapping.
 #include <gtest/gtest.h>
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -12,6 +14,7 @@
 #include "base/json_gate.h"
 #include "base/log.h"
 #include "base/mapped_file.h"
+#include "base/memory_limit.h"
 #include "base/utf8.h"
 
 namespace crossword {
@@ -100,6 +103,53 @@ int Table37Length(const unsigned char* b, size_t n) {
     return 4;
   }
   return 0;
+}
+
+// A cgroup tree under a temporary folder: the limit binds from the process's cgroup up to the
+// hierarchy's root, in v2, the hybrid layout's unified folder and v1's memory controller.
+TEST(MemoryLimit, CgroupLimitsAreReadUpTheTree) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / "cgroup_tree";
+  fs::remove_all(root);
+  auto put = [&](const fs::path& rel, const std::string& text) {
+    fs::create_directories((root / rel).parent_path());
+    std::ofstream(root / rel) << text << "\n";
+  };
+  // No files: no limit (the caller keeps physical memory).
+  fs::create_directories(root);
+  EXPECT_EQ(CgroupMemoryLimit("0::/pod/app\n", root), 0u);
+  // v2: the process's own cgroup says "max", its parent 3 GiB, the root folder 8 GiB.
+  put("pod/app/memory.max", "max");
+  put("pod/memory.max", "3221225472");
+  put("memory.max", "8589934592");
+  std::string source;
+  EXPECT_EQ(CgroupMemoryLimit("0::/pod/app\n", root, &source), 3221225472u);
+  EXPECT_EQ(source, (root / "pod/memory.max").string());
+  // Inside a container the kernel's path may not exist below the mount: the mount's own file.
+  EXPECT_EQ(CgroupMemoryLimit("0::/kubepods/burstable/pod1/abc\n", root), 8589934592u);
+  // A path cannot walk out of the mount.
+  put("../outside/memory.max", "1024");
+  EXPECT_EQ(CgroupMemoryLimit("0::/../outside\n", root), 8589934592u);
+  // v1 (its memory controller among others on one line): v1's "no limit" value means none.
+  put("memory/docker/c1/memory.limit_in_bytes", "9223372036854771712");
+  put("memory/docker/memory.limit_in_bytes", "2147483648");
+  const std::string v1 = "12:pids:/docker/c1\n4:cpuacct,memory:/docker/c1\n";
+  EXPECT_EQ(CgroupMemoryLimit(v1, root, &source), 2147483648u);
+  EXPECT_EQ(source, (root / "memory/docker/memory.limit_in_bytes").string());
+  // The hybrid layout: v1 controllers and v2 under unified; the smallest limit wins.
+  put("unified/svc/memory.max", "1073741824");
+  EXPECT_EQ(CgroupMemoryLimit(v1 + "0::/svc\n", root), 1073741824u);
+  // Malformed values and lines are skipped, not errors.
+  put("memory/docker/memory.limit_in_bytes", "12abc");
+  EXPECT_EQ(CgroupMemoryLimit("4:memory:/docker/c1\ngarbage\n::\n", root), 0u);
+  fs::remove_all(root);
+  fs::remove_all(root.parent_path() / "outside");
+  // This process: never above physical memory, never unknown on Linux.
+  const MemoryLimit m = ProcessMemoryLimit();
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  EXPECT_GT(m.bytes, 0u);
+  EXPECT_LE(m.bytes, static_cast<size_t>(pages) * static_cast<size_t>(page));
+  EXPECT_EQ(m.cgroup, m.source != "physical memory");
 }
 
 TEST(Utf8, DecodeAgreesWithTable37AndRoundTrips) {

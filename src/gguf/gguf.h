@@ -222,6 +222,10 @@ class File {
     return mapping_ && mapping_->is_mmap() && !mapping_->is_locked() ? bytes_
                                                                      : std::span<const std::byte>{};
   }
+  /// Opened and read into memory (`--no-mmap`), not mapped (false for Parse).
+  bool is_read_into_memory() const { return mapping_ && !mapping_->is_mmap(); }
+  /// Its pages are locked in memory (mlock).
+  bool is_locked() const { return mapping_ && mapping_->is_locked(); }
 
   /// All metadata in file order.
   std::span<const KeyValue> metadata() const { return kvs_; }

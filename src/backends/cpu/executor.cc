@@ -2,8 +2,6 @@
 // pass orchestration (embedding, layer loop, output head). The per-layer math is in layers.cc.
 #include "backends/cpu/executor.h"
 
-#include <unistd.h>  // sysconf: physical memory for the repack budget
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -14,6 +12,7 @@
 #include "backends/cpu/repack.h"
 #include "backends/cpu/state.h"
 #include "base/error.h"
+#include "base/memory_limit.h"
 #include "core/quant.h"
 
 namespace crossword::backends::cpu {
@@ -22,6 +21,16 @@ using model::LayerWeights;
 using model::LogitRows;
 using model::PassKind;
 using model::SequenceInput;
+
+namespace {
+// Why a model file's pages cannot be replaced by its tile copies (RepackLimits), "" when they
+// can or the weights come from no file.
+std::string_view NoMappingReason(const gguf::File& f) {
+  if (f.is_read_into_memory()) return "the model was read into memory (--no-mmap)";
+  if (f.is_locked()) return "the model is locked in memory (--mlock)";
+  return "";
+}
+}  // namespace
 
 CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOptions& options)
     : model_(std::move(model)),
@@ -33,14 +42,21 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   pool_ = std::make_unique<ThreadPool>(threads);
   if (options.repack) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const size_t phys =
-        pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+    // A container's limit, not the node's memory, is what the copies must fit in: sized from
+    // physical memory they could overshoot it and get the process killed.
+    const MemoryLimit limit = ProcessMemoryLimit();
+    const size_t phys = limit.bytes;
     const size_t file = model_->file().file_size();
     const size_t budget = RepackAllowance(phys, file);
+    if (limit.cgroup) {
+      logger_.Info(
+          "memory limit {:.1f} MiB ({}), below physical memory: the tile copies are "
+          "sized to it",
+          phys / 1048576.0, limit.source);
+    }
     if (budget < phys / 4) {
       logger_.Info(
-          "repack allowance {:.1f} MiB: physical memory {:.1f} MiB less the mapped file "
+          "repack allowance {:.1f} MiB: memory {:.1f} MiB less the mapped file "
           "({:.1f} MiB) and a quarter kept free",
           budget / 1048576.0, phys / 1048576.0, file / 1048576.0);
     }
@@ -48,6 +64,7 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
                   {.max_added = budget,
                    .max_total = RepackCap(phys),
                    .file_mapping = model_->file().refaultable_bytes(),
+                   .no_mapping_reason = NoMappingReason(model_->file()),
                    .first_layer = options.first_layer},
                   logger_, pool_.get());
   } else {

@@ -21,8 +21,8 @@ namespace crossword::backends::cpu {
 struct CpuOptions {
   int threads = 0;  ///< 0: all hardware threads
   /// Keep a copy of the quantized matrices in the multi-row kernel's tile layout (RepackWeights)
-  /// when it fits in a quarter of physical memory (RepackLimits); --no-repack turns it off. Same
-  /// results.
+  /// when it fits in a quarter of the memory limit (physical memory, or a container's cgroup limit
+  /// when lower: ProcessMemoryLimit; RepackLimits); --no-repack turns it off. Same results.
   bool repack = true;
   /// Layers below it run on another executor (`-ngl N` splits): no tile copies for them.
   int first_layer = 0;

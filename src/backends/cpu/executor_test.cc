@@ -140,6 +140,23 @@ TEST(CpuExecutor, LoadsBothLayoutsWithTheSameLogits) {
 // Q4_0 tile copies have the file's size, so from a read-only mapping of the file they replace
 // its pages (issue 18): taken with no allowance at all, the source pages given back, and no bit
 // changes, including for an executor without copies that reads the given-back rows again.
+// Resident bytes (the Rss line of /proc/self/smaps) of the mapping that holds `p`; 0 when none.
+size_t MappingRssBytes(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      in = a >= lo && a < hi;
+    } else if (in && line.starts_with("Rss:")) {
+      return static_cast<size_t>(std::stoull(line.substr(4))) * 1024;
+    }
+  }
+  return 0;
+}
+
 TEST(CpuExecutor, Q4_0CopiesReplaceTheMappedFilePagesWithTheSameBits) {
   LoadOptions lo;
   lo.logger = Logger::Silent();
@@ -177,8 +194,20 @@ TEST(CpuExecutor, Q4_0CopiesReplaceTheMappedFilePagesWithTheSameBits) {
     EXPECT_GT(RepackWeights(w, limits(cap, mapping, n_layer - 1), Logger::Silent()), 0u);
     EXPECT_EQ(w.layers[0].ffn_gate_exps.first.packed, nullptr);
     EXPECT_NE(w.layers[n_layer - 1].ffn_gate_exps.first.packed, nullptr);
+    // The replaced pages leave the process: with every page of the mapping read first, its
+    // resident size falls by about the copies' size (each expert's first and last partial page
+    // stay).
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < mapping.size(); i += 4096)
+      sink = sink + static_cast<uint8_t>(mapping[i]);
+    const size_t rss0 = MappingRssBytes(mapping.data());
     Weights all = model->weights();
-    EXPECT_GT(RepackWeights(all, limits(cap, mapping, 0), Logger::Silent()), 0u);
+    const size_t replaced = RepackWeights(all, limits(cap, mapping, 0), Logger::Silent());
+    EXPECT_GT(replaced, 0u);
+    const size_t rss1 = MappingRssBytes(mapping.data());
+    EXPECT_GT(rss0, replaced);
+    EXPECT_GE(rss0 - std::min(rss0, rss1), replaced * 3 / 4)
+        << "resident bytes of the mapping " << rss0 << " -> " << rss1 << ", copies " << replaced;
     EXPECT_NE(all.layers[0].ffn_gate_exps.first.packed, nullptr);
     EXPECT_EQ(all.output.packed, nullptr);  // Q6_K's copy is 1.5x the file's bytes: it adds
   }
@@ -214,6 +243,30 @@ TEST(CpuExecutor, Q4_0CopiesReplaceTheMappedFilePagesWithTheSameBits) {
   const std::vector<float> a = run(copies), b = run(plain);
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+// A model read into memory (--no-mmap) has no file pages to replace: the load says so, and its
+// Q4_0 copies come out of the allowance instead.
+TEST(CpuExecutor, CopiesSayWhyTheyDoNotReplaceFilePages) {
+  LoadOptions lo;
+  lo.logger = Logger::Silent();
+  lo.map.use_mmap = false;
+  const std::shared_ptr<const Model> model =
+      Model::Load(Synth("q4.gguf", "qwen35moe", "upstream", "Q4_0"), lo);
+  if (kernels::RepackedBytes(model->weights().layers[0].ffn_gate_exps.first) == 0) {
+    GTEST_SKIP() << "no tile layout on this CPU";
+  }
+  EXPECT_TRUE(model->file().refaultable_bytes().empty());
+  std::FILE* log = std::tmpfile();
+  ASSERT_NE(log, nullptr);
+  CpuExecutor exec(
+      model, CpuOptions{.threads = 1, .repack = true, .logger = Logger(LogLevel::kInfo, log)});
+  std::rewind(log);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), log));
+  std::fclose(log);
+  EXPECT_NE(text.find("but the model was read into memory (--no-mmap)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("copies replace the file's pages"), std::string::npos) << text;
 }
 
 TEST(CpuExecutor, NormWeightsAreUsedAsStored) {

@@ -73,6 +73,7 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
   // full-size one none) the head's copy comes before any layer's.
   // Each matrix is taken when it fits in what is left of the limits (RepackLimits).
   size_t total = 0, added = 0, left_out = 0;  // total: every copy; added: those not replacing
+  size_t unmapped = 0;  // copies that would replace file pages had the file been mapped
   int n_left_out = 0;
   for (const Target& t : targets) {
     if (!t.m->data) continue;
@@ -91,6 +92,7 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
     const bool in_mapping =
         !file_mapping.empty() && src >= map0 && src - map0 + file_bytes <= file_mapping.size();
     const bool replaces = in_mapping && bytes <= matrix_bytes;
+    if (file_mapping.empty() && bytes <= matrix_bytes) unmapped += all;
     const bool fits =
         total + all <= limits.max_total && (replaces || added + all <= limits.max_added);
     if (!fits) {
@@ -105,6 +107,12 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
       total += stride;
     }
   }
+  if (unmapped > 0 && !limits.no_mapping_reason.empty()) {
+    logger.Info(
+        "{:.1f} MiB of tile copies would replace the file's pages of the same weights, but {}: "
+        "they add to memory, within the allowance",
+        unmapped / 1048576.0, limits.no_mapping_reason);
+  }
   if (n_left_out > 0) {
     logger.Info(
         "{} matrices not repacked: their tile copies would take {:.1f} MiB more than allowed "
@@ -118,9 +126,9 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
   // first cost seconds), in 2 MiB transparent huge pages where the kernel allows them
   // (MADV_HUGEPAGE; best effort): with 4 KiB pages a pass streaming the head's 0.7 GB copy
   // evicted the page-table entries of the file's head, and the next one-row product, which
-  // reads the file's rows, measured up to 1.8x slower. The allowance counts physical memory
-  // only; an address-space limit (ulimit -v) may still refuse the block, and the model works
-  // without it.
+  // reads the file's rows, measured up to 1.8x slower. The allowance counts the memory limit
+  // (physical or a cgroup's); an address-space limit (ulimit -v) may still refuse the block, and
+  // the model works without it.
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t map_bytes = (total + 2 * kHuge - 1) / kHuge * kHuge;
   void* mem =

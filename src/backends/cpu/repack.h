@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string_view>
 
 #include "base/log.h"
 #include "core/thread_pool.h"
@@ -15,12 +16,15 @@ struct RepackLimits {
   /// Copies that add to the process's memory (RepackAllowance).
   size_t max_added = 0;
   /// All copies, replacing ones included: anonymous memory, which (unlike a mapped file's page
-  /// cache) cannot be reclaimed without swap, so it stays below physical memory less a quarter
-  /// (RepackCap) whatever the file's size.
+  /// cache) cannot be reclaimed without swap, so it stays below the memory limit (physical
+  /// memory or a cgroup's, ProcessMemoryLimit) less a quarter (RepackCap) whatever the file's size.
   size_t max_total = 0;
   /// The model file's bytes when they are a read-only mapping of it, not locked
   /// (gguf::File::refaultable_bytes); empty otherwise. See RepackWeights.
   std::span<const std::byte> file_mapping;
+  /// Why file_mapping is empty ("the model was read into memory (--no-mmap)"), for the log line
+  /// that says copies which could have replaced file pages add to memory instead; "" says none.
+  std::string_view no_mapping_reason;
   /// Layers below it run on another executor (`-ngl N`): no copies for them.
   int first_layer = 0;
 };
@@ -43,15 +47,16 @@ struct RepackLimits {
 size_t RepackWeights(model::Weights& w, const RepackLimits& limits, const Logger& logger,
                      ThreadPool* pool = nullptr);
 
-/// The memory RepackWeights may use: a quarter of `physical_bytes`, and no more than leaves the
-/// mapped model file (`file_bytes`) plus another quarter (KV caches, activations, the rest of
+/// The memory RepackWeights may use: a quarter of `physical_bytes` (the memory limit: physical
+/// memory, or a container's cgroup limit when lower, ProcessMemoryLimit), and no more than leaves
+/// the mapped model file (`file_bytes`) plus another quarter (KV caches, activations, the rest of
 /// the system) resident beside the copies: a full-size file (the 19.7 GB Q4_0 Clover on a 24 GB
 /// machine) gets no copies that add to it rather than a page cache that thrashes (copies that
 /// replace file pages are outside this allowance: RepackWeights).
 size_t RepackAllowance(size_t physical_bytes, size_t file_bytes);
 
-/// RepackLimits::max_total: physical memory less a quarter (KV caches, activations, the rest of
-/// the system).
+/// RepackLimits::max_total: the memory limit (`physical_bytes`: physical memory or a cgroup's)
+/// less a quarter (KV caches, activations, the rest of the system).
 inline size_t RepackCap(size_t physical_bytes) { return physical_bytes - physical_bytes / 4; }
 
 }  // namespace crossword::backends::cpu
