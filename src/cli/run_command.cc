@@ -142,6 +142,10 @@ void Run(const RunFlags& f) {
         ctx_size, n_train, n_train);
   }
   decode::DecodeParams params = f.decode.Apply(engine->DefaultDecodeParams());
+  if (const std::string note = decode::DraftCapNote(params, decode::ParamNames::kFlags);
+      !note.empty()) {
+    log.Info("{}", note);
+  }
   if (f.model.batch) {
     if (*f.model.batch < 1) Fail("-b must be >= 1 (got {})", *f.model.batch);
     params.prefill_chunk = *f.model.batch;

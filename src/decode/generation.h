@@ -111,6 +111,10 @@ enum class ParamNames : uint8_t { kFlags, kFields };
 /// The one place these ranges live: the CLI, the server and Generation all call it.
 void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
 
+/// For spec with a fixed draft_max above block_size - 1 (a round drafts into one block, so it
+/// drafts block_size - 1 at most): the note saying so, for the load log; "" otherwise.
+std::string DraftCapNote(const DecodeParams& p, ParamNames names);
+
 /// The decoding settings a user picks over a model's defaults: the flags of `run` and `serve`
 /// (--mode, --block-size, --threshold, --draft-max, --draft-p-min and the sampling defaults
 /// --temp, --top-k, --top-p, --min-p, --seed and the penalties), held once for both.
