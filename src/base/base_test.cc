@@ -1,4 +1,5 @@
-// Tests for base: fp16/bf16 conversions against the F16C instruction, errors, file mapping.
+// Tests for base: fp16/bf16 conversions against the F16C instruction, errors, file mapping, the
+// JSON gate, the logger, the memory limit.
 #include <gtest/gtest.h>
 #include <immintrin.h>
 #include <unistd.h>
@@ -86,6 +87,26 @@ TEST(MappedFile, MapsAndReads) {
   std::remove(path.c_str());
 }
 
+// --no-mmap reads a file into memory that cannot be reclaimed: one larger than the process's
+// memory limit is refused before any byte is read (a sparse file: no disk used), not OOM-killed.
+TEST(MappedFile, ReadingMoreThanTheMemoryLimitIsRefused) {
+  const std::string path = ::testing::TempDir() + "/mapped_file_sparse.bin";
+  const size_t limit = ProcessMemoryLimit().bytes;
+  ASSERT_GT(limit, 0u);
+  { std::ofstream out(path, std::ios::binary); }
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(limit + (size_t{1} << 30))), 0);
+  try {
+    MappedFile::Open(path, {.use_mmap = false, .lock = false});
+    ADD_FAILURE() << "read a file larger than the memory limit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not fit the"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("without --no-mmap"), std::string::npos) << e.what();
+  }
+  // Mapped, the same file opens (its pages are read only when touched).
+  EXPECT_EQ(MappedFile::Open(path).size(), limit + (size_t{1} << 30));
+  std::remove(path.c_str());
+}
+
 // Well-formed UTF-8 as the Unicode Standard's Table 3-7 lists it (byte ranges per position), a
 // formulation independent of DecodeUtf8At's bit arithmetic. Returns the length or 0.
 int Table37Length(const unsigned char* b, size_t n) {
@@ -105,45 +126,66 @@ int Table37Length(const unsigned char* b, size_t n) {
   return 0;
 }
 
-// A cgroup tree under a temporary folder: the limit binds from the process's cgroup up to the
-// hierarchy's root, in v2, the hybrid layout's unified folder and v1's memory controller.
+// Cgroup hierarchies mounted under a temporary folder (the mount points come from the mountinfo
+// text): the limit binds from the process's cgroup up to the mount, in v2 (memory.max and
+// memory.high) and v1 (memory.limit_in_bytes, and memory.stat's limit over hidden ancestors).
 TEST(MemoryLimit, CgroupLimitsAreReadUpTheTree) {
   namespace fs = std::filesystem;
-  const fs::path root = fs::path(::testing::TempDir()) / "cgroup_tree";
+  const fs::path root =
+      fs::path(::testing::TempDir()) / ("cgroup_tree_" + std::to_string(::getpid()));
   fs::remove_all(root);
   auto put = [&](const fs::path& rel, const std::string& text) {
     fs::create_directories((root / rel).parent_path());
     std::ofstream(root / rel) << text << "\n";
   };
-  // No files: no limit (the caller keeps physical memory).
-  fs::create_directories(root);
-  EXPECT_EQ(CgroupMemoryLimit("0::/pod/app\n", root), 0u);
-  // v2: the process's own cgroup says "max", its parent 3 GiB, the root folder 8 GiB.
-  put("pod/app/memory.max", "max");
-  put("pod/memory.max", "3221225472");
-  put("memory.max", "8589934592");
+  const std::string v2 = (root / "v2").string(), v1 = (root / "v1 mem").string();
+  // A v2 mount of the whole hierarchy, and a v1 memory controller co-mounted with cpu at a path
+  // with a space (mountinfo writes it \040); an unrelated mount and a v1 cpu-only one between.
+  const std::string mountinfo =
+      "22 1 8:1 / / rw,relatime - ext4 /dev/vda rw\n"
+      "30 25 0:26 / " +
+      v2 +
+      " rw - cgroup2 cgroup2 rw,nsdelegate\n"
+      "31 25 0:27 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n"
+      "32 25 0:28 /docker/c1 " +
+      (root / "v1\\040mem").string() + " rw shared:9 - cgroup cgroup rw,cpu,memory\n";
+  fs::create_directories(v2);
+  fs::create_directories(v1);
+  // No limit files: no limit (the caller keeps physical memory).
+  EXPECT_EQ(CgroupMemoryLimit("0::/pod/app\n", mountinfo), 0u);
+  // v2: the process's own cgroup says "max", its parent 3 GiB (memory.max) and 2 GiB
+  // (memory.high: above it the kernel throttles), the mount's root 8 GiB.
+  put("v2/pod/app/memory.max", "max");
+  put("v2/pod/memory.max", "3221225472");
+  put("v2/pod/memory.high", "2147483648");
+  put("v2/memory.max", "8589934592");
   std::string source;
-  EXPECT_EQ(CgroupMemoryLimit("0::/pod/app\n", root, &source), 3221225472u);
-  EXPECT_EQ(source, (root / "pod/memory.max").string());
-  // Inside a container the kernel's path may not exist below the mount: the mount's own file.
-  EXPECT_EQ(CgroupMemoryLimit("0::/kubepods/burstable/pod1/abc\n", root), 8589934592u);
+  EXPECT_EQ(CgroupMemoryLimit("0::/pod/app\n", mountinfo, &source), 2147483648u);
+  EXPECT_EQ(source, (root / "v2/pod/memory.high").string());
+  // A path that has no folder below the mount (a container's cgroup mounted as the root): the
+  // mount's own files.
+  EXPECT_EQ(CgroupMemoryLimit("0::/kubepods/burstable/pod1/abc\n", mountinfo), 8589934592u);
   // A path cannot walk out of the mount.
-  put("../outside/memory.max", "1024");
-  EXPECT_EQ(CgroupMemoryLimit("0::/../outside\n", root), 8589934592u);
-  // v1 (its memory controller among others on one line): v1's "no limit" value means none.
-  put("memory/docker/c1/memory.limit_in_bytes", "9223372036854771712");
-  put("memory/docker/memory.limit_in_bytes", "2147483648");
-  const std::string v1 = "12:pids:/docker/c1\n4:cpuacct,memory:/docker/c1\n";
-  EXPECT_EQ(CgroupMemoryLimit(v1, root, &source), 2147483648u);
-  EXPECT_EQ(source, (root / "memory/docker/memory.limit_in_bytes").string());
-  // The hybrid layout: v1 controllers and v2 under unified; the smallest limit wins.
-  put("unified/svc/memory.max", "1073741824");
-  EXPECT_EQ(CgroupMemoryLimit(v1 + "0::/svc\n", root), 1073741824u);
-  // Malformed values and lines are skipped, not errors.
-  put("memory/docker/memory.limit_in_bytes", "12abc");
-  EXPECT_EQ(CgroupMemoryLimit("4:memory:/docker/c1\ngarbage\n::\n", root), 0u);
+  EXPECT_EQ(CgroupMemoryLimit("0::/../..\n", mountinfo), 8589934592u);
+  // v1: the mount's root is /docker/c1, the container's own cgroup. Its limit file says "no
+  // limit", the kernel's memory.stat gives the hierarchical limit of ancestors outside the mount.
+  put("v1 mem/memory.limit_in_bytes", "9223372036854771712");
+  put("v1 mem/memory.stat", "cache 0\nhierarchical_memory_limit 1610612736\nrss 0");
+  EXPECT_EQ(CgroupMemoryLimit("4:cpu,memory:/docker/c1\n", mountinfo, &source), 1610612736u);
+  EXPECT_EQ(source, (root / "v1 mem/memory.stat").string());
+  // A child of the mount's root, with its own limit; the parent's memory.stat is not the leaf's.
+  put("v1 mem/job/memory.limit_in_bytes", "1073741824");
+  EXPECT_EQ(CgroupMemoryLimit("4:cpu,memory:/docker/c1/job\n", mountinfo), 1073741824u);
+  put("v1 mem/job/memory.limit_in_bytes", "9223372036854771712");
+  EXPECT_EQ(CgroupMemoryLimit("4:cpu,memory:/docker/c1/job\n", mountinfo), 0u);
+  // Both hierarchies of a hybrid layout: the smallest limit wins.
+  EXPECT_EQ(CgroupMemoryLimit("4:cpu,memory:/docker/c1\n0::/pod\n", mountinfo), 1610612736u);
+  // Malformed values and lines are skipped, not errors; 0 means no limit from that file.
+  put("v2/pod/memory.high", "12abc");
+  put("v2/pod/memory.max", "0");
+  EXPECT_EQ(CgroupMemoryLimit("0::/pod\ngarbage\n::\n", mountinfo), 8589934592u);
+  EXPECT_EQ(CgroupMemoryLimit("0::/pod\n", "garbage\n1 2 3\n - - -\n"), 0u);
   fs::remove_all(root);
-  fs::remove_all(root.parent_path() / "outside");
   // This process: never above physical memory, never unknown on Linux.
   const MemoryLimit m = ProcessMemoryLimit();
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

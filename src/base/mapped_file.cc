@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "base/memory_limit.h"
 
 namespace crossword {
 
@@ -42,6 +43,15 @@ MappedFile MappedFile::Open(const std::string& path, const MapOptions& options) 
     f.data_ = static_cast<const std::byte*>(p);
     f.mapped_ = true;
   } else {
+    // Anonymous memory cannot be reclaimed without swap: a file larger than the memory this
+    // process may use (a container's limit) gets the kernel's OOM kill part way through the read,
+    // so it is refused here with the way out.
+    if (const MemoryLimit limit = ProcessMemoryLimit(); limit.bytes != 0 && f.size_ > limit.bytes) {
+      Fail(
+          "'{}' ({:.1f} MiB) does not fit the {:.1f} MiB this process may use ({}): --no-mmap "
+          "reads the whole file into memory; map it instead (without --no-mmap)",
+          path, f.size_ / 1048576.0, limit.bytes / 1048576.0, limit.source);
+    }
     // Anonymous memory in 2 MiB transparent huge pages where the kernel has them (Debian's THP
     // mode is `madvise`): a 20 GB model read through 4 KiB pages pays a page walk per 4 KiB of
     // weights streamed, and its page tables (~40 MB) do not stay in the caches.

@@ -1,10 +1,13 @@
+// The process's memory limit: physical memory and the cgroup limits found through
+// /proc/self/cgroup and /proc/self/mountinfo (proc(5), cgroups(7), the kernel's cgroup-v1
+// memory.rst and cgroup-v2.rst).
 #include "base/memory_limit.h"
 
 #include <unistd.h>
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <system_error>
 #include <vector>
 
@@ -15,83 +18,172 @@ namespace fs = std::filesystem;
 
 // cgroup v1 reports "no limit" as the largest page-aligned signed 64-bit value (9223372036854771712
 // with 4 KiB pages); anything from 2^62 up is treated as none.
-constexpr uint64_t kV1NoLimit = uint64_t{1} << 62;
+constexpr uint64_t kNoLimit = uint64_t{1} << 62;
+// Bounds on the kernel's text, so a strange file cannot make these loops long.
+constexpr size_t kMaxLines = 4096, kMaxText = size_t{1} << 20;
 
-// The first line of a small control file, or "" when it cannot be read.
-std::string FirstLine(const fs::path& p) {
-  std::ifstream f(p);
-  std::string line;
-  if (f) std::getline(f, line);
-  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-  return line;
+// Up to `max` bytes of a file, "" when it cannot be read.
+std::string ReadText(const fs::path& p, size_t max = 4096) {
+  std::ifstream f(p, std::ios::binary);
+  std::string s(max, '\0');
+  if (!f) return "";
+  f.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<size_t>(f.gcount()));
+  return s;
 }
 
-// A limit file's value: 0 for "max", unreadable, malformed or v1's "no limit".
-uint64_t LimitValue(const fs::path& p) {
-  const std::string s = FirstLine(p);
+// A decimal value, 0 for "max", "0", malformed text or v1's "no limit" (each means: no limit
+// from this file).
+uint64_t LimitOf(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
   uint64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v >= kV1NoLimit) return 0;
+  if (ec != std::errc() || end != s.data() + s.size() || v >= kNoLimit) return 0;
   return v;
 }
 
-// The smallest limit in `file` from `root`/`path` up to `root` (the folders that exist).
-void MinUpTheTree(const fs::path& root, std::string_view path, const char* file, uint64_t* best,
-                  std::string* source) {
+// The lines of `text`, at most kMaxLines.
+std::vector<std::string_view> Lines(std::string_view text) {
+  std::vector<std::string_view> out;
+  while (!text.empty() && out.size() < kMaxLines) {
+    const size_t nl = text.find('\n');
+    out.push_back(text.substr(0, nl));
+    text = nl == std::string_view::npos ? "" : text.substr(nl + 1);
+  }
+  return out;
+}
+
+// Space-separated fields of a line.
+std::vector<std::string_view> Fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    const size_t j = line.find(' ', i);
+    if (i < line.size()) out.push_back(line.substr(i, j == std::string_view::npos ? j : j - i));
+    if (j == std::string_view::npos) break;
+    i = j;
+  }
+  return out;
+}
+
+bool IsOctal(char c) { return c >= '0' && c <= '7'; }
+
+// mountinfo's octal escapes (\040 space, \011 tab, \012 newline, \134 backslash).
+std::string Unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && IsOctal(s[i + 1]) && IsOctal(s[i + 2]) &&
+        IsOctal(s[i + 3])) {
+      out.push_back(
+          static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+bool HasItem(std::string_view list, std::string_view item) {
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    if (list.substr(0, comma) == item) return true;
+    list = comma == std::string_view::npos ? "" : list.substr(comma + 1);
+  }
+  return false;
+}
+
+// A cgroup hierarchy's mount: where it is and which of its folders is the mount's root.
+struct Mount {
+  std::string root, point;
+  bool v2 = false;
+};
+
+std::vector<Mount> CgroupMounts(std::string_view mountinfo) {
+  std::vector<Mount> out;
+  for (std::string_view line : Lines(mountinfo)) {
+    // id parent major:minor root mount-point options [optional...] - fstype source super-options
+    const std::vector<std::string_view> f = Fields(line);
+    size_t dash = 6;
+    while (dash < f.size() && f[dash] != "-") ++dash;
+    if (f.size() < 5 || dash + 1 >= f.size()) continue;
+    const std::string_view type = f[dash + 1];
+    const std::string_view super = dash + 3 < f.size() ? f[dash + 3] : "";
+    const bool v2 = type == "cgroup2";
+    if (!v2 && !(type == "cgroup" && HasItem(super, "memory"))) continue;
+    out.push_back({Unescape(f[3]), Unescape(f[4]), v2});
+  }
+  return out;
+}
+
+struct Best {
+  uint64_t bytes = 0;
+  std::string* source = nullptr;
+  void Take(uint64_t v, const fs::path& from) {
+    if (v == 0 || (bytes != 0 && v >= bytes)) return;
+    bytes = v;
+    if (source) *source = from.string();
+  }
+};
+
+// The limits of `path` (a cgroup path from /proc/self/cgroup) and its parents under `m`.
+void ReadLimits(const Mount& m, std::string_view path, Best& best) {
+  // The folder of `path` below the mount: its part under the mount's root. A path outside it
+  // (no cgroup namespace, a container's own cgroup mounted as the root) is the mount's root.
+  fs::path rel;
+  const fs::path p = fs::path(std::string(path)).lexically_normal();
+  const fs::path r = fs::path(m.root).lexically_normal();
+  const fs::path under = p.lexically_relative(r);
+  if (!under.empty() && *under.begin() != "..") rel = under;
+  if (rel == ".") rel.clear();
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return;
-  // Only the folders under root: the path comes from the kernel, but ".." in it must not walk out.
-  fs::path rel = fs::path(std::string(path)).relative_path().lexically_normal();
-  if (!rel.empty() && *rel.begin() == "..") rel.clear();
+  bool leaf = true;
   for (;;) {
-    const fs::path dir = rel.empty() || rel == "." ? root : root / rel;
-    const fs::path f = dir / file;
-    if (fs::exists(f, ec)) {
-      const uint64_t v = LimitValue(f);
-      if (v != 0 && (*best == 0 || v < *best)) {
-        *best = v;
-        if (source) *source = f.string();
+    const fs::path dir = rel.empty() ? fs::path(m.point) : fs::path(m.point) / rel;
+    if (fs::is_directory(dir, ec)) {
+      if (m.v2) {
+        best.Take(LimitOf(ReadText(dir / "memory.max")), dir / "memory.max");
+        best.Take(LimitOf(ReadText(dir / "memory.high")), dir / "memory.high");
+      } else {
+        best.Take(LimitOf(ReadText(dir / "memory.limit_in_bytes")), dir / "memory.limit_in_bytes");
+        if (leaf) {  // the kernel's own minimum over every ancestor, those above the mount too
+          for (std::string_view line : Lines(ReadText(dir / "memory.stat", 1 << 16))) {
+            constexpr std::string_view kKey = "hierarchical_memory_limit ";
+            if (line.starts_with(kKey)) {
+              best.Take(LimitOf(line.substr(kKey.size())), dir / "memory.stat");
+            }
+          }
+        }
+        leaf = false;
       }
     }
-    if (rel.empty() || rel == ".") break;
+    if (rel.empty()) break;
     rel = rel.parent_path();
+    if (rel == "/" || rel == ".") rel.clear();
   }
 }
 
 }  // namespace
 
-size_t CgroupMemoryLimit(std::string_view proc_self_cgroup, const fs::path& cgroup_root,
+size_t CgroupMemoryLimit(std::string_view proc_self_cgroup, std::string_view proc_self_mountinfo,
                          std::string* source) {
-  uint64_t best = 0;
-  // At most a few dozen lines; bounded so a strange file cannot make this loop long.
-  size_t lines = 0;
-  while (!proc_self_cgroup.empty() && lines++ < 256) {
-    const size_t nl = proc_self_cgroup.find('\n');
-    const std::string_view line = proc_self_cgroup.substr(0, nl);
-    proc_self_cgroup = nl == std::string_view::npos ? "" : proc_self_cgroup.substr(nl + 1);
+  Best best{.bytes = 0, .source = source};
+  const std::vector<Mount> mounts = CgroupMounts(proc_self_mountinfo);
+  for (std::string_view line : Lines(proc_self_cgroup)) {
     // hierarchy-ID:controllers:path (the path may itself hold ':').
     const size_t a = line.find(':');
     if (a == std::string_view::npos) continue;
     const size_t b = line.find(':', a + 1);
     if (b == std::string_view::npos) continue;
-    const std::string_view id = line.substr(0, a), controllers = line.substr(a + 1, b - a - 1);
-    const std::string_view path = line.substr(b + 1);
-    if (id == "0" && controllers.empty()) {
-      MinUpTheTree(cgroup_root, path, "memory.max", &best, source);
-      MinUpTheTree(cgroup_root / "unified", path, "memory.max", &best, source);
-      continue;
-    }
-    std::string_view rest = controllers;
-    while (!rest.empty()) {
-      const size_t comma = rest.find(',');
-      if (rest.substr(0, comma) == "memory") {
-        MinUpTheTree(cgroup_root / "memory", path, "memory.limit_in_bytes", &best, source);
-        break;
-      }
-      rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    const std::string_view controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    const bool v2 = line.substr(0, a) == "0" && controllers.empty();
+    if (!v2 && !HasItem(controllers, "memory")) continue;
+    for (const Mount& m : mounts) {
+      if (m.v2 == v2) ReadLimits(m, path, best);
     }
   }
-  return static_cast<size_t>(best);
+  return static_cast<size_t>(best.bytes);
 }
 
 MemoryLimit ProcessMemoryLimit() {
@@ -101,12 +193,9 @@ MemoryLimit ProcessMemoryLimit() {
     m.bytes = static_cast<size_t>(pages) * static_cast<size_t>(page);
     m.source = "physical memory";
   }
-  std::ifstream f("/proc/self/cgroup");
-  if (!f) return m;
-  std::ostringstream text;
-  text << f.rdbuf();
   std::string source;
-  const size_t cg = CgroupMemoryLimit(text.str().substr(0, 1 << 16), "/sys/fs/cgroup", &source);
+  const size_t cg = CgroupMemoryLimit(ReadText("/proc/self/cgroup", kMaxText),
+                                      ReadText("/proc/self/mountinfo", kMaxText), &source);
   if (cg != 0 && (m.bytes == 0 || cg < m.bytes)) {
     m.bytes = cg;
     m.cgroup = true;

@@ -73,7 +73,8 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
   // full-size one none) the head's copy comes before any layer's.
   // Each matrix is taken when it fits in what is left of the limits (RepackLimits).
   size_t total = 0, added = 0, left_out = 0;  // total: every copy; added: those not replacing
-  size_t unmapped = 0;  // copies that would replace file pages had the file been mapped
+  // Copies that would replace file pages had the file been mapped: all, and those made.
+  size_t unmapped = 0, unmapped_made = 0;
   int n_left_out = 0;
   for (const Target& t : targets) {
     if (!t.m->data) continue;
@@ -92,7 +93,8 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
     const bool in_mapping =
         !file_mapping.empty() && src >= map0 && src - map0 + file_bytes <= file_mapping.size();
     const bool replaces = in_mapping && bytes <= matrix_bytes;
-    if (file_mapping.empty() && bytes <= matrix_bytes) unmapped += all;
+    const bool would_replace = file_mapping.empty() && bytes <= matrix_bytes;
+    if (would_replace) unmapped += all;
     const bool fits =
         total + all <= limits.max_total && (replaces || added + all <= limits.max_added);
     if (!fits) {
@@ -101,6 +103,7 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
       continue;
     }
     if (!replaces) added += all;
+    if (would_replace) unmapped_made += all;
     placed.push_back({&t, total, stride});
     for (int e = 0; e < copies; ++e) {
       jobs.push_back({t.experts ? t.experts->Expert(e) : *t.m, total, replaces});
@@ -109,9 +112,9 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
   }
   if (unmapped > 0 && !limits.no_mapping_reason.empty()) {
     logger.Info(
-        "{:.1f} MiB of tile copies would replace the file's pages of the same weights, but {}: "
-        "they add to memory, within the allowance",
-        unmapped / 1048576.0, limits.no_mapping_reason);
+        "{:.1f} MiB of tile copies could replace the file's pages of the same weights, but {}: "
+        "copies add to memory instead ({:.1f} MiB of them fit the allowance)",
+        unmapped / 1048576.0, limits.no_mapping_reason, unmapped_made / 1048576.0);
   }
   if (n_left_out > 0) {
     logger.Info(
