@@ -43,7 +43,7 @@ expect 2 "--threshold must be in \(0, 1\] \(got 0\)" serve --port 0 --threshold 
 expect 2 "--threshold is 0 as a 32-bit float \(got 1e-300; the smallest is about 1.4e-45\)" run -p hi --mode diffusion --threshold 1e-300
 expect 2 "--block-size must be in \[2, 256\] \(got 0\)" run -p hi --mode diffusion --block-size 0
 # More drafts than a block holds: said, and the run goes on (drafting block size - 1).
-expect 0 "--draft-max 100 is above --block-size - 1: a spec round drafts 15 tokens at most" run -p hi -n 4 --mode spec --block-size 16 --draft-max 100
+expect 0 "spec's draft length 100 \(--draft-max\) is above --block-size 16 - 1: a round drafts 15 tokens at most" run -p hi -n 4 --mode spec --block-size 16 --draft-max 100
 # Threads: refused beyond 4 per hardware thread (before any is started), a warning above 1.
 expect 2 "-t 1000 is more than 4 threads per hardware thread \($hw here\)" run -p hi -t 1000
 expect 2 "threads: Value -3 not in range" run -p hi -t -3

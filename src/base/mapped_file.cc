@@ -36,6 +36,23 @@ MappedFile MappedFile::Open(const std::string& path, const MapOptions& options) 
   if (!S_ISREG(st.st_mode)) Fail("'{}' is not a regular file", path);
   f.size_ = static_cast<uint64_t>(st.st_size);
   if (f.size_ == 0) return f;
+  // --no-mmap and --mlock hold the whole file in memory that cannot be reclaimed: one that leaves
+  // less than an eighth of the memory this process may use (a container's limit) for the rest of
+  // it (KV caches, activations, the binary) would get the kernel's OOM kill part way through the
+  // load or the first requests, so it is refused here with the way out. (2.6 GB read under a
+  // 2.5 GiB cgroup: killed before the load finished.)
+  if (!options.use_mmap || options.lock) {
+    const MemoryLimit limit = ProcessMemoryLimit();
+    if (limit.bytes != 0 && f.size_ > HoldableBytes(limit.bytes)) {
+      Fail(
+          "'{}' ({:.1f} MiB) does not fit the {:.1f} MiB this process may use ({}) with an eighth "
+          "left for the rest of it: {}",
+          path, f.size_ / 1048576.0, limit.bytes / 1048576.0, limit.source,
+          options.use_mmap ? "--mlock pins every page of it; drop --mlock"
+                           : "--no-mmap reads the whole file into memory; map it instead (without "
+                             "--no-mmap)");
+    }
+  }
   if (options.use_mmap) {
     void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_SHARED, fd.fd, 0);
     if (p == MAP_FAILED)
@@ -43,15 +60,6 @@ MappedFile MappedFile::Open(const std::string& path, const MapOptions& options) 
     f.data_ = static_cast<const std::byte*>(p);
     f.mapped_ = true;
   } else {
-    // Anonymous memory cannot be reclaimed without swap: a file larger than the memory this
-    // process may use (a container's limit) gets the kernel's OOM kill part way through the read,
-    // so it is refused here with the way out.
-    if (const MemoryLimit limit = ProcessMemoryLimit(); limit.bytes != 0 && f.size_ > limit.bytes) {
-      Fail(
-          "'{}' ({:.1f} MiB) does not fit the {:.1f} MiB this process may use ({}): --no-mmap "
-          "reads the whole file into memory; map it instead (without --no-mmap)",
-          path, f.size_ / 1048576.0, limit.bytes / 1048576.0, limit.source);
-    }
     // Anonymous memory in 2 MiB transparent huge pages where the kernel has them (Debian's THP
     // mode is `madvise`): a 20 GB model read through 4 KiB pages pays a page walk per 4 KiB of
     // weights streamed, and its page tables (~40 MB) do not stay in the caches.

@@ -120,10 +120,10 @@ std::vector<Mount> CgroupMounts(std::string_view mountinfo) {
 struct Best {
   uint64_t bytes = 0;
   std::string* source = nullptr;
-  void Take(uint64_t v, const fs::path& from) {
+  void Take(uint64_t v, const std::string& from) {
     if (v == 0 || (bytes != 0 && v >= bytes)) return;
     bytes = v;
-    if (source) *source = from.string();
+    if (source) *source = from;
   }
 };
 
@@ -143,15 +143,17 @@ void ReadLimits(const Mount& m, std::string_view path, Best& best) {
     const fs::path dir = rel.empty() ? fs::path(m.point) : fs::path(m.point) / rel;
     if (fs::is_directory(dir, ec)) {
       if (m.v2) {
-        best.Take(LimitOf(ReadText(dir / "memory.max")), dir / "memory.max");
-        best.Take(LimitOf(ReadText(dir / "memory.high")), dir / "memory.high");
+        best.Take(LimitOf(ReadText(dir / "memory.max")), (dir / "memory.max").string());
+        best.Take(LimitOf(ReadText(dir / "memory.high")), (dir / "memory.high").string());
       } else {
-        best.Take(LimitOf(ReadText(dir / "memory.limit_in_bytes")), dir / "memory.limit_in_bytes");
+        best.Take(LimitOf(ReadText(dir / "memory.limit_in_bytes")),
+                  (dir / "memory.limit_in_bytes").string());
         if (leaf) {  // the kernel's own minimum over every ancestor, those above the mount too
           for (std::string_view line : Lines(ReadText(dir / "memory.stat", 1 << 16))) {
             constexpr std::string_view kKey = "hierarchical_memory_limit ";
             if (line.starts_with(kKey)) {
-              best.Take(LimitOf(line.substr(kKey.size())), dir / "memory.stat");
+              best.Take(LimitOf(line.substr(kKey.size())),
+                        (dir / "memory.stat").string() + " hierarchical_memory_limit");
             }
           }
         }

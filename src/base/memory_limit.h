@@ -38,4 +38,9 @@ size_t CgroupMemoryLimit(std::string_view proc_self_cgroup, std::string_view pro
 /// /proc/self/mountinfo.
 MemoryLimit ProcessMemoryLimit();
 
+/// The most a process under `limit_bytes` may hold in memory that cannot be reclaimed (a model
+/// read with --no-mmap, or locked with --mlock): the limit less an eighth for the rest of the
+/// process (KV caches, activations, the binary). 0 for an unknown limit (0).
+inline size_t HoldableBytes(size_t limit_bytes) { return limit_bytes - limit_bytes / 8; }
+
 }  // namespace crossword

@@ -478,9 +478,9 @@ void Server::Run() {
     throw;
   }
   s.ready.store(true);
-  s.log.Info("model {} ready: {} slots x {} tokens, mode {}, http://{}:{}/v1", s.model_name,
-             s.options.n_slots, s.n_ctx_slot, decode::ModeName(s.defaults.params.mode),
-             s.options.host, port);
+  s.log.Info("model {} ready: {} slot{} x {} tokens, mode {}, http://{}:{}/v1", s.model_name,
+             s.options.n_slots, s.options.n_slots == 1 ? "" : "s", s.n_ctx_slot,
+             decode::ModeName(s.defaults.params.mode), s.options.host, port);
   listener.join();
   s.ready.store(false);
   s.scheduler.reset();  // cancels what is left

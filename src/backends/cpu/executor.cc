@@ -47,26 +47,34 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
     const MemoryLimit limit = ProcessMemoryLimit();
     const size_t phys = limit.bytes;
     const size_t file = model_->file().file_size();
-    const size_t budget = RepackAllowance(phys, file);
+    const size_t budget = RepackAllowance(phys, file), cap = RepackCap(phys, file);
     if (limit.cgroup) {
       logger_.Info(
           "memory limit {:.1f} MiB ({}), below physical memory: the tile copies are "
           "sized to it",
           phys / 1048576.0, limit.source);
     }
-    if (budget < phys / 4) {
+    if (cap == 0) {
+      logger_.Info(
+          "no tile copies: the model file ({:.1f} MiB) would not leave an eighth of the memory "
+          "limit ({:.1f} MiB) free, so its pages are read from the file as passes need them; "
+          "copies, which cannot be paged out, would leave less room for them",
+          file / 1048576.0, phys / 1048576.0);
+    } else if (budget < phys / 4) {
       logger_.Info(
           "repack allowance {:.1f} MiB: memory {:.1f} MiB less the mapped file "
           "({:.1f} MiB) and a quarter kept free",
           budget / 1048576.0, phys / 1048576.0, file / 1048576.0);
     }
-    RepackWeights(w_,
-                  {.max_added = budget,
-                   .max_total = RepackCap(phys),
-                   .file_mapping = model_->file().refaultable_bytes(),
-                   .no_mapping_reason = NoMappingReason(model_->file()),
-                   .first_layer = options.first_layer},
-                  logger_, pool_.get());
+    if (cap > 0) {
+      RepackWeights(w_,
+                    {.max_added = budget,
+                     .max_total = cap,
+                     .file_mapping = model_->file().refaultable_bytes(),
+                     .no_mapping_reason = NoMappingReason(model_->file()),
+                     .first_layer = options.first_layer},
+                    logger_, pool_.get());
+    }
   } else {
     logger_.Info("weights not repacked (--no-repack): passes of 4+ rows repack tiles on the fly");
   }

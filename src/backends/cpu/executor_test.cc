@@ -121,6 +121,13 @@ TEST(RepackAllowance, LeavesTheFileAndAQuarterResident) {
   EXPECT_EQ(backends::cpu::RepackAllowance(24 * kGiB, 14 * kGiB), 4 * kGiB);
   EXPECT_EQ(backends::cpu::RepackAllowance(128 * kGiB, 20 * kGiB), 32 * kGiB);
   EXPECT_EQ(backends::cpu::RepackAllowance(0, 0), 0u);
+  // The cap on all copies: the limit less a quarter, none when the file would not leave an eighth
+  // of the limit (its pages then need every byte the copies would pin).
+  EXPECT_EQ(backends::cpu::RepackCap(24 * kGiB, 19'723'332'448), 18 * kGiB);
+  EXPECT_EQ(backends::cpu::RepackCap(2 * kGiB, 2'617'504'608), 0u);  // the 4-layer file, 2 GiB
+  EXPECT_EQ(backends::cpu::RepackCap(4 * kGiB, 2'617'504'608), 3 * kGiB);
+  EXPECT_EQ(backends::cpu::RepackCap(2816u << 20, 2'617'504'608), 0u);  // below the limit, but
+                                                                        // within its last eighth
 }
 
 TEST(CpuExecutor, LoadsBothLayoutsWithTheSameLogits) {

@@ -119,7 +119,7 @@ size_t RepackWeights(Weights& w, const RepackLimits& limits, const Logger& logge
   if (n_left_out > 0) {
     logger.Info(
         "{} matrices not repacked: their tile copies would take {:.1f} MiB more than allowed "
-        "({:.1f} MiB that add to the mapped file, {:.1f} MiB in all; their passes of 4+ rows "
+        "({:.1f} MiB that add to the model's memory, {:.1f} MiB in all; their passes of 4+ rows "
         "repack on the fly)",
         n_left_out, left_out / 1048576.0, limits.max_added / 1048576.0,
         limits.max_total / 1048576.0);
