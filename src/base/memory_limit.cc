@@ -149,7 +149,9 @@ void ReadLimits(const Mount& m, std::string_view path, Best& best) {
         best.Take(LimitOf(ReadText(dir / "memory.limit_in_bytes")),
                   (dir / "memory.limit_in_bytes").string());
         if (leaf) {  // the kernel's own minimum over every ancestor, those above the mount too
-          for (std::string_view line : Lines(ReadText(dir / "memory.stat", 1 << 16))) {
+          // Named: a temporary in the range's initializer would die before the loop (C++20).
+          const std::string stat = ReadText(dir / "memory.stat", 1 << 16);
+          for (std::string_view line : Lines(stat)) {
             constexpr std::string_view kKey = "hierarchical_memory_limit ";
             if (line.starts_with(kKey)) {
               best.Take(LimitOf(line.substr(kKey.size())),
