@@ -142,8 +142,7 @@ void Run(const RunFlags& f) {
         ctx_size, n_train, n_train);
   }
   decode::DecodeParams params = f.decode.Apply(engine->DefaultDecodeParams());
-  if (const std::string note = decode::DraftCapNote(params, decode::ParamNames::kFlags);
-      !note.empty()) {
+  if (const std::string note = decode::DraftCapNote(params); !note.empty()) {
     log.Info("{}", note);
   }
   if (f.model.batch) {

@@ -85,13 +85,12 @@ void CheckDecodeRanges(const DecodeParams& p, ParamNames names) {
   }
 }
 
-std::string DraftCapNote(const DecodeParams& p, ParamNames names) {
+std::string DraftCapNote(const DecodeParams& p) {
   if (p.mode != Mode::kSpec || p.draft_auto || p.draft_max <= p.block_size - 1) return "";
-  const bool flags = names == ParamNames::kFlags;
   return fmt::format(
-      "spec's draft length {} ({}) is above {} {} - 1: a round drafts {} tokens at most",
-      p.draft_max, flags ? "--draft-max" : "draft_max", flags ? "--block-size" : "block_size",
-      p.block_size, p.block_size - 1);
+      "spec's draft length {} (--draft-max) is above --block-size {} - 1: a round drafts {} "
+      "tokens at most",
+      p.draft_max, p.block_size, p.block_size - 1);
 }
 
 DecodeParams DecodeOverrides::Apply(DecodeParams p) const {

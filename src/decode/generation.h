@@ -112,8 +112,9 @@ enum class ParamNames : uint8_t { kFlags, kFields };
 void CheckDecodeRanges(const DecodeParams& p, ParamNames names);
 
 /// For spec with a fixed draft_max above block_size - 1 (a round drafts into one block, so it
-/// drafts block_size - 1 at most): the note saying so, for the load log; "" otherwise.
-std::string DraftCapNote(const DecodeParams& p, ParamNames names);
+/// drafts block_size - 1 at most): the note saying so in the flags' names, for the load log of
+/// `run` and `serve`; "" otherwise.
+std::string DraftCapNote(const DecodeParams& p);
 
 /// The decoding settings a user picks over a model's defaults: the flags of `run` and `serve`
 /// (--mode, --block-size, --threshold, --draft-max, --draft-p-min and the sampling defaults

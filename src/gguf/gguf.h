@@ -219,8 +219,8 @@ class File {
   /// madvise are read from the file again when touched; empty otherwise (read into memory,
   /// locked, or Parse).
   std::span<const std::byte> refaultable_bytes() const {
-    return mapping_ && mapping_->is_mmap() && !mapping_->is_locked() ? bytes_
-                                                                     : std::span<const std::byte>{};
+    return mapping_ && !is_read_into_memory() && !is_locked() ? bytes_
+                                                              : std::span<const std::byte>{};
   }
   /// Opened and read into memory (`--no-mmap`), not mapped (false for Parse).
   bool is_read_into_memory() const { return mapping_ && !mapping_->is_mmap(); }

@@ -296,7 +296,7 @@ void Server::Impl::Load() {
   decode::DecodeParams p = options.decoding.Apply(engine->DefaultDecodeParams());
   // The flags passed CheckOptions; a model default they leave in place may still be out of range.
   decode::CheckDecodeRanges(p, decode::ParamNames::kFlags);
-  if (const std::string note = decode::DraftCapNote(p, decode::ParamNames::kFlags); !note.empty()) {
+  if (const std::string note = decode::DraftCapNote(p); !note.empty()) {
     engine->logger().Info("{}", note);
   }
   if (options.no_dllm_biases) p.dllm_biases = false;
