@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <vector>
 
 #include "base/error.h"
@@ -67,16 +66,12 @@ TEST(Registry, AnUnavailableBackendSaysWhyAndWhatWorks) {
 }
 
 std::shared_ptr<const model::Model> TinyModel() {
-  const std::string path = ::testing::TempDir() + "/registry_tiny.gguf";
-  if (!std::filesystem::exists(path)) {
-    tools::SynthOptions so;
-    so.preset = "tiny";
-    so.arch = "qwen35moe";
-    so.layout = "upstream";
-    so.threads = 2;
-    so.output = path;
-    tools::Synthesize(so, Logger::Silent());
-  }
+  const std::string path =
+      tools::SynthesizeOnce({.preset = "tiny",
+                             .layout = "upstream",
+                             .arch = "qwen35moe",
+                             .output = ::testing::TempDir() + "/registry_tiny.gguf",
+                             .threads = 2});
   model::LoadOptions lo;
   lo.logger = Logger::Silent();
   return model::Model::Load(path, lo);

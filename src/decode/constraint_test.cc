@@ -4,8 +4,6 @@
 // (greedy); the reasoning gate; the Draw helper.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include "backends/cpu/executor.h"
 #include "decode/generation.h"
 #include "grammar/json_schema.h"
@@ -23,18 +21,14 @@ struct Fixture {
   std::shared_ptr<const grammar::TokenVocabulary> vocab;
 
   Fixture() {
-    const std::string path = ::testing::TempDir() + "/constraint_tiny.gguf";
-    if (!std::filesystem::exists(path)) {
-      tools::SynthOptions o;
-      o.preset = "tiny";
-      o.arch = "clover_moe";
-      o.layout = "official";
-      o.type = "F32";
-      o.seed = 5;
-      o.threads = 2;
-      o.output = path;
-      tools::Synthesize(o, Logger::Silent());
-    }
+    const std::string path =
+        tools::SynthesizeOnce({.preset = "tiny",
+                               .type = "F32",
+                               .layout = "official",
+                               .arch = "clover_moe",
+                               .seed = 5,
+                               .output = ::testing::TempDir() + "/constraint_tiny.gguf",
+                               .threads = 2});
     model::LoadOptions lo;
     lo.logger = Logger::Silent();
     model = model::Model::Load(path, lo);

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -29,18 +28,13 @@ namespace {
 using nlohmann::json;
 
 std::string SynthTiny(const std::string& name, uint64_t seed = 1, const std::string& type = "F32") {
-  const std::string path = ::testing::TempDir() + "/dt_" + name;
-  if (std::filesystem::exists(path)) return path;
-  tools::SynthOptions o;
-  o.preset = "tiny";
-  o.arch = "clover_moe";
-  o.layout = "official";
-  o.type = type;
-  o.seed = seed;
-  o.threads = 2;
-  o.output = path;
-  tools::Synthesize(o, Logger::Silent());
-  return path;
+  return tools::SynthesizeOnce({.preset = "tiny",
+                                .type = type,
+                                .layout = "official",
+                                .arch = "clover_moe",
+                                .seed = seed,
+                                .output = ::testing::TempDir() + "/dt_" + name,
+                                .threads = 2});
 }
 
 struct Fixture {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <span>
 #include <thread>
 
@@ -469,6 +470,11 @@ SynthSummary Synthesize(const SynthOptions& o, const Logger& log) {
   }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
+}
+
+std::string SynthesizeOnce(const SynthOptions& options) {
+  if (!std::filesystem::exists(options.output)) Synthesize(options, Logger::Silent());
+  return options.output;
 }
 
 }  // namespace crossword::tools

@@ -95,4 +95,9 @@ struct SynthSummary {
 /// or I/O failure.
 SynthSummary Synthesize(const SynthOptions& options, const Logger& log);
 
+/// Tests' model files: Synthesize(options) without a log unless options.output exists already
+/// (one file per name serves every test of a run; a file is only ever there whole, see above).
+/// Returns options.output. Throws as Synthesize.
+std::string SynthesizeOnce(const SynthOptions& options);
+
 }  // namespace crossword::tools

@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <filesystem>
 #include <mutex>
 #include <random>
 
@@ -77,18 +76,12 @@ TEST(StopFilter, HoldsBackOnlyWhatMayStillBecomeAStop) {
 // ---- A synthesized model shared by the tests below ---------------------------------------------
 
 const std::string& ModelPath() {
-  static const std::string path = [] {
-    const std::string p = ::testing::TempDir() + "/server_unit_tiny.gguf";
-    if (!std::filesystem::exists(p)) {
-      tools::SynthOptions o;
-      o.preset = "tiny";
-      o.arch = "clover_moe";
-      o.threads = 2;
-      o.output = p;
-      tools::Synthesize(o, Logger::Silent());
-    }
-    return p;
-  }();
+  static const std::string path =
+      tools::SynthesizeOnce({.preset = "tiny",
+                             .layout = "official",
+                             .arch = "clover_moe",
+                             .output = ::testing::TempDir() + "/server_unit_tiny.gguf",
+                             .threads = 2});
   return path;
 }
 

@@ -34,18 +34,13 @@ std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/
 
 std::string Synth(const std::string& name, const std::string& arch, const std::string& layout,
                   const std::string& type = "F32", uint64_t seed = 1) {
-  const std::string path = TempPath(name);
-  if (std::filesystem::exists(path)) return path;
-  tools::SynthOptions o;
-  o.preset = "tiny";
-  o.arch = arch;
-  o.layout = layout;
-  o.type = type;
-  o.seed = seed;
-  o.threads = 2;
-  o.output = path;
-  tools::Synthesize(o, Logger::Silent());
-  return path;
+  return tools::SynthesizeOnce({.preset = "tiny",
+                                .type = type,
+                                .layout = layout,
+                                .arch = arch,
+                                .seed = seed,
+                                .output = TempPath(name),
+                                .threads = 2});
 }
 
 struct Runner {

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
 #include <random>
 
 #include "backends/cpu/executor.h"
@@ -19,18 +18,13 @@ namespace crossword::model {
 namespace {
 
 std::string SynthFile() {
-  const std::string path = ::testing::TempDir() + "/it_tiny.gguf";
-  if (std::filesystem::exists(path)) return path;
-  tools::SynthOptions o;
-  o.preset = "tiny";
-  o.arch = "qwen35moe";
-  o.layout = "upstream";
-  o.type = "F32";
-  o.seed = 3;
-  o.threads = 2;
-  o.output = path;
-  tools::Synthesize(o, Logger::Silent());
-  return path;
+  return tools::SynthesizeOnce({.preset = "tiny",
+                                .type = "F32",
+                                .layout = "upstream",
+                                .arch = "qwen35moe",
+                                .seed = 3,
+                                .output = ::testing::TempDir() + "/it_tiny.gguf",
+                                .threads = 2});
 }
 
 // A copy of `src` whose F32 tensor `name` is multiplied by `scale`.

@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -28,18 +27,13 @@ using backends::cpu::CpuOptions;
 // A tiny qwen35moe file in the official layout with Q4_0 weights (its head Q6_K, as llama.cpp's
 // Q4_0 files).
 std::string SynthQ4() {
-  const std::string path = ::testing::TempDir() + "/rp_q4.gguf";
-  if (std::filesystem::exists(path)) return path;
-  tools::SynthOptions o;
-  o.preset = "tiny";
-  o.arch = "qwen35moe";
-  o.layout = "upstream";
-  o.type = "Q4_0";
-  o.seed = 1;
-  o.threads = 2;
-  o.output = path;
-  tools::Synthesize(o, Logger::Silent());
-  return path;
+  return tools::SynthesizeOnce({.preset = "tiny",
+                                .type = "Q4_0",
+                                .layout = "upstream",
+                                .arch = "qwen35moe",
+                                .seed = 1,
+                                .output = ::testing::TempDir() + "/rp_q4.gguf",
+                                .threads = 2});
 }
 
 std::vector<int32_t> RandomTokens(int n, int seed, int vocab) {

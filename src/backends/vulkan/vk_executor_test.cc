@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -51,18 +50,13 @@ std::string CaseName(const ModelCase& c) {
 }
 
 std::string SynthPath(const ModelCase& c) {
-  const std::string path = ::testing::TempDir() + "/vkexec_" + CaseName(c) + ".gguf";
-  if (std::filesystem::exists(path)) return path;
-  tools::SynthOptions o;
-  o.preset = "tiny";
-  o.arch = c.arch;
-  o.layout = c.layout;
-  o.type = c.type;
-  o.seed = 7;
-  o.threads = 2;
-  o.output = path;
-  tools::Synthesize(o, Logger::Silent());
-  return path;
+  return tools::SynthesizeOnce({.preset = "tiny",
+                                .type = c.type,
+                                .layout = c.layout,
+                                .arch = c.arch,
+                                .seed = 7,
+                                .output = ::testing::TempDir() + "/vkexec_" + CaseName(c) + ".gguf",
+                                .threads = 2});
 }
 
 double RowNmse(std::span<const float> got, std::span<const float> want) {
