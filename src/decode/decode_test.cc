@@ -503,51 +503,65 @@ TEST(VerifyChunks, ChangeNoTokenAndComputeFewerRows) {
   }
 }
 
-// The draft-length choice follows the cost curve and the acceptance it was shown.
-TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
-  const auto feed = [](DraftControl& c, double slope, double acc, int rounds) {
-    for (int r = 0; r < rounds; ++r) {
-      for (int t : {1, 2, 4, 8, 16}) c.OnPass(t, 1e-3 * (1.0 + slope * (t - 1)));
-      const int drafted = 10;
-      const int accepted = static_cast<int>(acc * drafted + 0.5);
-      c.OnRound(drafted, accepted);
-    }
-  };
-  DraftControl cheap;  // rows nearly free, drafts nearly always right: the longest draft
-  feed(cheap, 0.02, 1.0, 30);
-  EXPECT_GT(cheap.acceptance(), 0.9);
-  EXPECT_NEAR(cheap.RelativeCost(16), 1.3, 1e-9);
-  EXPECT_EQ(cheap.Next(15), 15);
-  EXPECT_EQ(cheap.Next(3), 3);
-  // The embedded model's curve (a 16-row pass ~6.5 AR steps) with 0.9 acceptance: no draft
-  // length pays (best ~0.8 tokens per AR step), so rounds are AR steps, with probes after 8,
-  // 16, 32, then every 64 rounds (the probes find what they found before).
-  DraftControl dear;
-  feed(dear, 0.37, 0.9, 30);
-  EXPECT_LT(dear.Rate(4), 1.0);
-  std::vector<int> probes;
-  for (int r = 1; r <= 200; ++r) {
-    if (dear.Next(15) > 0) probes.push_back(r);
+// A server slot's next `--draft-max auto` request starts from the controller its last one ended
+// with (DraftControl::Carried; draft_control_test.cc): no token changes, and only greedy spec
+// generations take or offer one (a sampled request's draft lengths decide its random draws).
+TEST(SpecAuto, CarriedControlChangesNoTokenAndOnlyGreedySpecTakesIt) {
+  Fixture f(SynthTiny("spec_Q4_0.gguf", 3, "Q4_0"));
+  const int32_t mask = f.model->hparams().n_vocab - 1;
+  std::vector<int32_t> prompt(12);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + 37 * i);
+  model::ContextOptions co;
+  co.max_tokens = 256;
+  co.max_logit_rows = 64;
+  auto ctx = f.exec->NewContext(co);
+  DraftControl cheap;  // rows nearly free, drafts nearly always right: the longest drafts
+  for (int r = 0; r < 30; ++r) {
+    for (int t : {1, 2, 4, 8, 16}) cheap.OnPass(t, 1e-3 * (1.0 + 0.02 * (t - 1)));
+    cheap.OnRound(10, 10);
   }
-  EXPECT_EQ(probes, (std::vector<int>{8, 24, 56, 120, 184}));
-  // A round that drafts by choice brings the interval back to kProbeEvery.
-  feed(dear, 0.02, 1.0, 30);
-  EXPECT_GT(dear.Next(15), 0);
-  feed(dear, 0.37, 0.9, 30);
-  int first = 0;
-  for (int r = 1; first == 0 && r <= 100; ++r) first = dear.Next(15) > 0 ? r : 0;
-  EXPECT_EQ(first, DraftControl::kProbeEvery);
-  // In between: a moderate curve picks a short draft.
-  DraftControl mid;
-  feed(mid, 0.1, 0.8, 30);
-  const int d = mid.Next(15);
-  EXPECT_GE(d, 4);
-  EXPECT_LE(d, 12);
-  for (int k = 1; k <= 15; ++k) EXPECT_GE(mid.Rate(d), mid.Rate(k)) << k;
-  // Unmeasured lengths follow the prior shape scaled to the measured passes.
-  DraftControl fresh;
-  EXPECT_NEAR(fresh.RelativeCost(11), 1.0 + 10 * DraftControl::kPriorSlope, 1e-9);
-  EXPECT_EQ(fresh.Next(0), 0);
+  auto generate = [&](const DecodeParams& params, const DraftControl* carried) {
+    auto st = f.State(1024);
+    Generation g(*f.model, *st, prompt, params, nullptr);
+    if (carried) g.CarryDraftControl(*carried);
+    const double acceptance = g.draft_control().acceptance();
+    while (!g.done()) {
+      model::SequenceInput in = g.NextInput();
+      f.exec->Forward({&in, 1}, *ctx);
+      DeliverLogits(g, *ctx, 0);
+    }
+    return std::tuple{acceptance, g.output(), g.stats().denoise_passes,
+                      g.CarriedDraftControl().has_value()};
+  };
+  DecodeParams ar = Params(Mode::kAr, 16, 0.95f, 40, {1600, 1602}, mask);
+  DecodeParams p = Params(Mode::kSpec, 16, 0.95f, 40, {1600, 1602}, mask);
+  p.draft_auto = true;
+  const auto [a0, fresh, drafts0, carries0] = generate(p, nullptr);
+  const auto [a1, carried, drafts1, carries1] = generate(p, &cheap);
+  EXPECT_DOUBLE_EQ(a0, DraftControl::kPriorAcceptance);
+  EXPECT_DOUBLE_EQ(a1, cheap.acceptance());
+  // Within 6 rounds a fresh control never drafts (the priors say no length pays; the first probe
+  // comes after 8 rounds); the carried one drafts from the first round.
+  DecodeParams p6 = p;
+  p6.max_tokens = 6;
+  EXPECT_EQ(std::get<2>(generate(p6, nullptr)), 0);
+  EXPECT_GE(std::get<2>(generate(p6, &cheap)), 1);
+  EXPECT_EQ(fresh, std::get<1>(generate(ar, nullptr)));
+  EXPECT_EQ(carried, fresh);
+  EXPECT_TRUE(carries0);
+  EXPECT_TRUE(carries1);
+  // Sampled: the carried control is ignored (a seed reproduces the request) and none is offered.
+  DecodeParams sampled = p;
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.seed = 7;
+  const auto [a2, out2, d2, carries2] = generate(sampled, &cheap);
+  EXPECT_DOUBLE_EQ(a2, DraftControl::kPriorAcceptance);
+  EXPECT_FALSE(carries2);
+  EXPECT_EQ(std::get<1>(generate(sampled, nullptr)), out2);
+  // Not spec: nothing is taken or offered.
+  DecodeParams diffusion = Params(Mode::kDiffusion, 16, 0.95f, 40, {1600, 1602}, mask);
+  diffusion.draft_auto = true;
+  EXPECT_FALSE(std::get<3>(generate(diffusion, &cheap)));
 }
 
 TEST(Diffusion, CommittedStateEqualsArForwardOfTheSameTokens) {

@@ -12,20 +12,31 @@ double DraftControl::acceptance() const {
 
 double DraftControl::Cost(int64_t rows) const {
   const auto prior = [](int64_t t) { return 1.0 + kPriorSlope * static_cast<double>(t - 1); };
-  const auto seen = [this](int64_t t) { return t >= 1 && t <= kMaxRows && n_[t] > 0; };
-  const auto mean = [this](int64_t t) { return sum_[t] / n_[t]; };
-  if (seen(rows)) return mean(rows);
+  const auto seen = [this](int64_t t) { return t >= 1 && t <= kMaxRows && count_[t] > 0; };
+  // The median of the row count's recent passes: a pass the OS interrupted (this VM's one-row
+  // passes took up to 3x their median) must not move the curve, because a curve that makes
+  // drafting look cheap stops the one-row passes that would correct it.
+  const auto median = [this](int64_t t) {
+    std::array<double, kSamples> v{};
+    const int n = count_[t];
+    std::copy_n(samples_[t].begin(), n, v.begin());
+    std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
+    const double hi = v[n / 2];
+    if (n % 2) return hi;
+    return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + n / 2));
+  };
+  if (seen(rows)) return median(rows);
   int64_t lo = std::min<int64_t>(rows, kMaxRows + 1) - 1, hi = rows + 1;
   while (lo >= 1 && !seen(lo)) --lo;
   while (hi <= kMaxRows && !seen(hi)) ++hi;
   const bool has_lo = lo >= 1, has_hi = hi <= kMaxRows;
   if (has_lo && has_hi) {  // linear between the measured neighbours
     const double f = static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
-    return mean(lo) + f * (mean(hi) - mean(lo));
+    return median(lo) + f * (median(hi) - median(lo));
   }
   // Past the measured rows: the prior shape, scaled to the nearest measured pass.
-  if (has_lo) return mean(lo) * prior(rows) / prior(lo);
-  if (has_hi) return mean(hi) * prior(rows) / prior(hi);
+  if (has_lo) return median(lo) * prior(rows) / prior(lo);
+  if (has_hi) return median(hi) * prior(rows) / prior(hi);
   return prior(rows);
 }
 
@@ -67,12 +78,19 @@ int DraftControl::Next(int max_drafts) {
 
 void DraftControl::OnPass(int64_t rows, double seconds) {
   if (rows < 1 || rows > kMaxRows || !(seconds >= 0)) return;
-  for (int t = 1; t <= kMaxRows; ++t) {
-    sum_[t] *= kDecay;
-    n_[t] *= kDecay;
+  samples_[rows][next_[rows]] = seconds;
+  next_[rows] = static_cast<uint8_t>((next_[rows] + 1) % kSamples);
+  count_[rows] = static_cast<uint8_t>(std::min(count_[rows] + 1, kSamples));
+}
+
+DraftControl DraftControl::Carried() const {
+  DraftControl c = *this;
+  if (c.trials_ > kCarriedTrials) {
+    const double f = kCarriedTrials / c.trials_;
+    c.hits_ *= f;
+    c.trials_ *= f;
   }
-  sum_[rows] += seconds;
-  n_[rows] += 1.0;
+  return c;
 }
 
 void DraftControl::OnRound(int drafted, int accepted) {

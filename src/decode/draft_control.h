@@ -11,8 +11,9 @@ namespace crossword::decode {
 
 /// Picks spec draft lengths. Acceptance model: each draft is accepted with probability a (the
 /// first rejection ends the round), so d drafts yield E(d) = 1 + a + ... + a^d tokens (the bonus
-/// included). Cost model: a pass of T rows costs c(T) (seconds): the measured mean where a pass
-/// of T rows was seen, linear between measured row counts, past them the prior shape
+/// included). Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work):
+/// the median of the last kSamples passes of T rows where one was seen, linear between measured
+/// row counts, past them the prior shape
 /// 1 + slope x (T - 1) scaled to the nearest measured one. A round of d >= 1 drafts costs c(d + 1)
 /// twice (draft and verify), d = 0 costs c(1). The choice never changes which tokens are emitted
 /// (verification decides), only how many per round. Allocates nothing.
@@ -30,15 +31,27 @@ class DraftControl {
   /// kMaxProbeEvery (a probe costs two passes of the best draft length for the tokens of about
   /// one AR round when its drafts are rejected); a round that drafts by choice resets it.
   static constexpr int kProbeEvery = 8, kMaxProbeEvery = 64;
-  /// Weight of older observations per new one (exponential forgetting).
+  /// Weight of older acceptance observations per new one (exponential forgetting).
   static constexpr double kDecay = 0.9;
+  /// Passes per row count whose median is its cost.
+  static constexpr int kSamples = 8;
 
   /// Drafts for the next round, in [0, max_drafts].
   int Next(int max_drafts);
-  /// A forward pass of `rows` tokens took `seconds`.
+  /// A pass of `rows` tokens took `seconds` (the forward pass and the work on its logits).
   void OnPass(int64_t rows, double seconds);
   /// A round with `drafted` drafts verified (the verify cut included) accepted `accepted`.
   void OnRound(int drafted, int accepted);
+
+  /// Acceptance evidence carried into a new generation, in compared drafts at most (the
+  /// generation's own rounds soon outweigh it).
+  static constexpr double kCarriedTrials = 8.0;
+  /// The start of the next generation on the same slot (the server's requests in turn): the pass
+  /// costs (a property of the device, model and batch, not of the request) and the probe interval
+  /// as they stand, the acceptance with its evidence scaled down to kCarriedTrials. So a server
+  /// where drafting does not pay stops probing it again in every request, and one where it pays
+  /// drafts from the first round.
+  DraftControl Carried() const;
 
   /// Current acceptance estimate.
   double acceptance() const;
@@ -50,7 +63,10 @@ class DraftControl {
  private:
   double Cost(int64_t rows) const;  // in seconds, or prior units before any pass was seen
   double hits_ = 0, trials_ = 0;    // accepted drafts, compared drafts (decayed)
-  std::array<double, kMaxRows + 1> sum_{}, n_{};  // seconds and counts per row count (decayed)
+  // Per row count: the seconds of its last kSamples passes (a ring), how many there are, and
+  // where the next goes.
+  std::array<std::array<double, kSamples>, kMaxRows + 1> samples_{};
+  std::array<uint8_t, kMaxRows + 1> count_{}, next_{};
   int no_draft_rounds_ = 0;
   int probe_every_ = kProbeEvery;
 };

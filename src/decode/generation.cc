@@ -360,7 +360,7 @@ model::SequenceInput Generation::NextInput() {
       break;
   }
   in.tokens = input_;
-  pass_start_ = Clock::now();
+  pass_start_ = round_start_ = Clock::now();
   return in;
 }
 
@@ -395,7 +395,7 @@ void Generation::AccountPass(double seconds) {
     case Phase::kDraft:
       ++stats_.denoise_passes;
       stats_.denoise_seconds += seconds;
-      if (TimesDrafts()) draft_control_.OnPass(static_cast<int64_t>(input_.size()), seconds);
+      if (TimesDrafts()) timed_rows_ = static_cast<int64_t>(input_.size());
       break;
     case Phase::kCommit:
     case Phase::kVerify:
@@ -403,7 +403,7 @@ void Generation::AccountPass(double seconds) {
       stats_.commit_seconds += seconds;
       if (tail_len_ > 0) ++stats_.fused_passes;
       if (phase_ == Phase::kVerify && TimesDrafts())
-        draft_control_.OnPass(static_cast<int64_t>(input_.size()), seconds);
+        timed_rows_ = static_cast<int64_t>(input_.size());
       break;
     case Phase::kDone:
       break;
@@ -442,6 +442,14 @@ void Generation::OnLogits(std::span<const float> logits) {
     case Phase::kDone:
       break;
   }
+  if (!wants_more_) TimeRound();
+}
+
+void Generation::TimeRound() {
+  if (timed_rows_ == 0) return;
+  draft_control_.OnPass(timed_rows_,
+                        std::chrono::duration<double>(Clock::now() - round_start_).count());
+  timed_rows_ = 0;
 }
 
 void Generation::OnPrefill(std::span<const float> logits) {
@@ -772,6 +780,7 @@ void Generation::OnVerify(std::span<const float> logits) {
   if (params_.draft_auto)
     draft_control_.OnRound(static_cast<int>(verify_len_ - 1), static_cast<int>(accepted));
   if (V > 1) state_.RollbackTo(1 + accepted);
+  TimeRound();  // before the next round's draft length is chosen
   if (phase_ == Phase::kDone || bonus < 0) return;
   StartBlock(bonus);
   // The tail saw every verified draft: it stands for the next draft pass only if all were kept.

@@ -192,6 +192,20 @@ class Generation {
   const DecodeStats& stats() const { return stats_; }
   /// The draft-length controller of `--draft-max auto` (tests: what it has measured).
   const DraftControl& draft_control() const { return draft_control_; }
+  /// Greedy spec with draft_auto, before the first pass: the draft-length controller starts from
+  /// `carried` (an earlier generation's CarriedDraftControl()) instead of its priors; the output
+  /// is unchanged (only the draft lengths move). Ignored otherwise: a sampled request's draft
+  /// lengths decide its random draws, so they follow its own tokens only (a seed reproduces it).
+  void CarryDraftControl(const DraftControl& carried) {
+    if (params_.mode == Mode::kSpec && TimesDrafts() && stats_.rounds == 0)
+      draft_control_ = carried;
+  }
+  /// What CarryDraftControl takes for the next generation (DraftControl::Carried): set for a
+  /// greedy spec generation with draft_auto that ran a round.
+  std::optional<DraftControl> CarriedDraftControl() const {
+    if (params_.mode != Mode::kSpec || !TimesDrafts() || stats_.rounds == 0) return std::nullopt;
+    return draft_control_.Carried();
+  }
   const DecodeParams& params() const { return params_; }
   /// Emitted tokens so far.
   const std::vector<int32_t>& output() const { return output_; }
@@ -257,6 +271,10 @@ class Generation {
   // request irreproducible; sampled requests keep DraftControl's prior cost curve, and their
   // draft lengths follow their tokens only.
   bool TimesDrafts() const { return params_.draft_auto && params_.sampling.greedy(); }
+  // DraftControl::OnPass for the pending draft or verify pass: the time from NextInput to now,
+  // which is the pass and what its logits cost here (the rows' processing, further verify rows,
+  // the rollback), so the draft length weighs a round's whole cost, not the forward pass alone.
+  void TimeRound();
   // Tokens of a block started after `generated` tokens were emitted (spec: draft_max; the answer
   // limit; not draft_auto).
   int64_t BlockLen(int64_t generated) const;
@@ -306,6 +324,10 @@ class Generation {
   int32_t guess_ = -1;          // fused passes: guessed seed of the next block (-1: none)
   int64_t tail_len_ = 0;        // fused passes: tail tokens of the pending pass
   Clock::time_point start_, pass_start_;
+  // `--draft-max auto` (TimesDrafts): a draft or verify pass of timed_rows_ rows began at
+  // round_start_; TimeRound hands DraftControl its time when the pass's work is done.
+  Clock::time_point round_start_;
+  int64_t timed_rows_ = 0;
 };
 
 /// Hands sequence `s` of the pass just run on `ctx` to `gen`: OnLogits, then, while a chunked

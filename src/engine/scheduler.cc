@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 
 #include "base/error.h"
 
@@ -40,6 +41,9 @@ struct Scheduler::Slot {
   Clock::time_point last_emit;  // the request's previous emission (on_emit)
   bool emitted = false;         // it emitted at least one token
   double prefill_seconds = 0;
+  // `--draft-max auto`: the draft-length controller the slot's last greedy spec generation ended
+  // with (Generation::CarriedDraftControl), the start of the next; empty until one ran.
+  std::optional<decode::DraftControl> draft_control;
 
   explicit Slot(PromptCacheOptions o) : cache(o) {}
   int64_t prompt_size() const { return static_cast<int64_t>(active->req.prompt.size()); }
@@ -236,6 +240,7 @@ void Scheduler::StartGeneration(Slot& slot) {
   try {
     slot.gen = std::make_unique<decode::Generation>(engine_.model(), *slot.state, req->req.prompt,
                                                     params, sink);
+    if (slot.draft_control) slot.gen->CarryDraftControl(*slot.draft_control);
   } catch (const std::exception& e) {
     Finish(slot, e.what());
   }
@@ -426,6 +431,7 @@ void Scheduler::Finish(Slot& slot, const std::string& error, bool client_error) 
   o.prefill_seconds = slot.prefill_seconds;
   o.total_seconds = Seconds(p.submitted, now);
   if (slot.gen) {
+    if (auto carried = slot.gen->CarriedDraftControl()) slot.draft_control = *carried;
     o.stats = slot.gen->stats();
     o.output = slot.gen->output();
     o.finish = slot.gen->finish_reason();

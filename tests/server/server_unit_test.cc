@@ -409,6 +409,36 @@ TEST(Scheduler, FollowUpResumesFromTheLiveStateOrACheckpointAndMatchesColdRuns) 
   EXPECT_EQ(rc.tokens, Alone(c, p));
 }
 
+// `--draft-max auto` on a server: a slot's next greedy spec request starts from the draft-length
+// controller its last one ended with (Generation::CarriedDraftControl), which changes no token;
+// a sampled request ignores it, so its seed still reproduces it (its draft lengths decide its
+// random draws). Whether the carried controller drafts more or less than a fresh one depends on
+// the pass times measured, so decode_test checks that part with given costs.
+TEST(Scheduler, SpecAutoRequestsOnAUsedSlotAnswerAsAlone) {
+  auto params = [](int64_t n, float temperature) {
+    decode::DecodeParams p = Params(decode::Mode::kSpec, n);
+    p.block_size = 16;
+    p.draft_auto = true;
+    p.sampling.temperature = temperature;
+    p.sampling.seed = 7;
+    return p;
+  };
+  engine::Scheduler s(TheEngine(), Options(1));
+  Runner run(s);
+  const std::vector<int32_t> prompts[] = {Prompt("a first question about rivers"),
+                                          Prompt("and a second one about mountains"),
+                                          Prompt("and a third, sampled, about the sea")};
+  const decode::DecodeParams ps[] = {params(30, 0), params(12, 0), params(24, 0.8f)};
+  for (int i = 0; i < 3; ++i) {
+    Result r;
+    run.Submit(prompts[i], ps[i], &r);
+    run.Wait({&r});
+    EXPECT_TRUE(r.outcome.error.empty()) << r.outcome.error;
+    EXPECT_EQ(r.tokens, Alone(prompts[i], ps[i])) << i;
+    EXPECT_GT(r.outcome.stats.rounds, 0) << i;
+  }
+}
+
 TEST(Scheduler, ACallerStopIsAStopNotACancellation) {
   // A stop string ends the request through on_token returning false: finish "stop", counted as
   // finished (issue 24: it was logged and counted as cancelled). Cancel() stays a cancellation.
