@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "backends/cpu/executor.h"
 #include "backends/cpu/state.h"
@@ -561,7 +562,9 @@ TEST(SpecAuto, CarriedControlChangesNoTokenAndOnlyGreedySpecTakesIt) {
   // Not spec: nothing is taken or offered.
   DecodeParams diffusion = Params(Mode::kDiffusion, 16, 0.95f, 40, {1600, 1602}, mask);
   diffusion.draft_auto = true;
-  EXPECT_FALSE(std::get<3>(generate(diffusion, &cheap)));
+  const auto [a3, out3, d3, carries3] = generate(diffusion, &cheap);
+  EXPECT_DOUBLE_EQ(a3, DraftControl::kPriorAcceptance);
+  EXPECT_FALSE(carries3);
 }
 
 TEST(Diffusion, CommittedStateEqualsArForwardOfTheSameTokens) {

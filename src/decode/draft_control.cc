@@ -49,8 +49,8 @@ double DraftControl::Rate(int d) const {
   return tokens / (2.0 * RelativeCost(d + 1));
 }
 
-int DraftControl::Next(int max_drafts) {
-  if (max_drafts <= 0) return 0;
+DraftControl::Choice DraftControl::Plan(int max_drafts) const {
+  if (max_drafts <= 0) return {};
   int best = 0;
   double best_rate = Rate(0);
   int best_drafting = 1;  // the best length with drafts, for probes
@@ -66,14 +66,26 @@ int DraftControl::Next(int max_drafts) {
       best = d;
     }
   }
-  if (best > 0) {
-    probe_every_ = kProbeEvery;
-  } else if (++no_draft_rounds_ >= probe_every_) {
-    best = best_drafting;
-    probe_every_ = std::min(2 * probe_every_, kMaxProbeEvery);
+  if (best > 0) return {.drafts = best, .probe = false, .counts = true};
+  if (no_draft_rounds_ + 1 >= probe_every_)
+    return {.drafts = best_drafting, .probe = true, .counts = true};
+  return {.drafts = 0, .probe = false, .counts = true};
+}
+
+void DraftControl::Take(const Choice& c) {
+  if (!c.counts) return;
+  if (c.drafts == 0) {
+    ++no_draft_rounds_;
+    return;
   }
-  if (best > 0) no_draft_rounds_ = 0;
-  return best;
+  probe_every_ = c.probe ? std::min(2 * probe_every_, kMaxProbeEvery) : kProbeEvery;
+  no_draft_rounds_ = 0;
+}
+
+int DraftControl::Next(int max_drafts) {
+  const Choice c = Plan(max_drafts);
+  Take(c);
+  return c.drafts;
 }
 
 void DraftControl::OnPass(int64_t rows, double seconds) {

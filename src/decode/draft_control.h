@@ -1,7 +1,8 @@
 // Adaptive spec draft length (`--draft-max auto`, docs/decoding.md): per round, the number of
-// drafts d that maximizes expected tokens per second from the acceptance seen so far in this
-// request and the pass cost curve measured so far, with d = 0 (no draft pass, the round is one AR
-// step) when no draft length pays (../shared/parallel-decoding-notes.md section 5, Cascade).
+// drafts d that maximizes expected tokens per second from the acceptance seen so far (in this
+// request, and on a server in the slot's earlier ones) and the pass cost curve measured so far,
+// with d = 0 (no draft pass, the round is one AR step) when no draft length pays
+// (../shared/parallel-decoding-notes.md section 5, Cascade).
 #pragma once
 
 #include <array>
@@ -36,7 +37,17 @@ class DraftControl {
   /// Passes per row count whose median is its cost.
   static constexpr int kSamples = 8;
 
-  /// Drafts for the next round, in [0, max_drafts].
+  /// A round's draft length, as Plan chose it.
+  struct Choice {
+    int drafts = 0;       ///< in [0, max_drafts]
+    bool probe = false;   ///< drafting although no length pays, to re-measure
+    bool counts = false;  ///< max_drafts > 0: the round counts towards the probe interval
+  };
+  /// The next round's draft length, without counting the round.
+  Choice Plan(int max_drafts) const;
+  /// The round planned as `c` runs: counts it towards (or resets) the probe interval.
+  void Take(const Choice& c);
+  /// Plan and Take: drafts for the next round, in [0, max_drafts].
   int Next(int max_drafts);
   /// A pass of `rows` tokens took `seconds` (the forward pass and the work on its logits).
   void OnPass(int64_t rows, double seconds);
@@ -47,8 +58,10 @@ class DraftControl {
   /// generation's own rounds soon outweigh it).
   static constexpr double kCarriedTrials = 8.0;
   /// The start of the next generation on the same slot (the server's requests in turn): the pass
-  /// costs (a property of the device, model and batch, not of the request) and the probe interval
-  /// as they stand, the acceptance with its evidence scaled down to kCarriedTrials. So a server
+  /// costs (mostly a property of the device and model; grammar-constrained generations neither
+  /// give nor take them, their masks making rows dearer) and the probe interval with the rounds
+  /// since the last probe as they stand, the acceptance with its evidence scaled down to
+  /// kCarriedTrials. So a server
   /// where drafting does not pay stops probing it again in every request, and one where it pays
   /// drafts from the first round.
   DraftControl Carried() const;

@@ -58,8 +58,9 @@ TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
 }
 
 // What a server slot carries from one `--draft-max auto` generation into the next: the pass
-// costs and the probe interval as they stand, the acceptance with at most kCarriedTrials of
-// evidence; only into and out of greedy spec generations; and the output does not change.
+// costs, the probe interval and the rounds since the last probe as they stand, the acceptance with
+// at most kCarriedTrials of evidence. (Which generations give and take it, and that their tokens
+// do not change: decode_test.cc, SpecAuto.CarriedControlChangesNoTokenAndOnlyGreedySpecTakesIt.)
 TEST(DraftControl, CarriedStateKeepsCostsAndProbesAndLightensAcceptance) {
   DraftControl dear;  // the embedded model's curve, drafts rejected: probes after 8, 16, 32
   for (int r = 0; r < 30; ++r) {
@@ -102,6 +103,39 @@ TEST(DraftControl, AFewSlowPassesDoNotMoveTheCostCurve) {
   EXPECT_DOUBLE_EQ(c.RelativeCost(4), before);
   for (int r = 0; r < 2; ++r) c.OnPass(1, 3e-3);  // 5 of the last 8: the median follows
   EXPECT_NEAR(c.RelativeCost(4), 2.2 / 3.0, 1e-9);
+}
+
+// The median with fewer passes than the ring holds, and of an even count whose middle values
+// differ: {1, 3} -> 2, {1, 3, 5} -> 3, {1, 3, 5, 7} -> 4.
+TEST(DraftControl, TheCostIsTheMedianOfThePassesSeen) {
+  DraftControl c;
+  c.OnPass(1, 1.0);
+  c.OnPass(2, 1.0);
+  c.OnPass(2, 3.0);
+  EXPECT_DOUBLE_EQ(c.RelativeCost(2), 2.0);
+  c.OnPass(2, 5.0);
+  EXPECT_DOUBLE_EQ(c.RelativeCost(2), 3.0);
+  c.OnPass(2, 7.0);
+  EXPECT_DOUBLE_EQ(c.RelativeCost(2), 4.0);
+  for (int i = 0; i < 6; ++i) c.OnPass(2, 9.0);  // the ring wraps: the last 8 are 5, 7, 9 x 6
+  EXPECT_DOUBLE_EQ(c.RelativeCost(2), 9.0);
+}
+
+// Plan has no effect; only a round that runs (Take) counts towards the probe interval, so a
+// round planned but never run (the seed ended the answer) leaves a carried controller as it was.
+TEST(DraftControl, OnlyARoundThatRunsCountsTowardsTheProbe) {
+  DraftControl c;  // priors: no length pays, the first probe after 8 rounds
+  for (int r = 1; r < DraftControl::kProbeEvery; ++r) EXPECT_EQ(c.Next(15), 0);
+  const DraftControl::Choice probe = c.Plan(15);
+  EXPECT_TRUE(probe.probe);
+  EXPECT_GT(probe.drafts, 0);
+  EXPECT_EQ(c.Plan(15).drafts, probe.drafts);  // planned again: the same
+  c.Take(probe);
+  int next = 0;
+  for (int r = 1; next == 0 && r <= 100; ++r) next = c.Next(15) > 0 ? r : 0;
+  EXPECT_EQ(next, 2 * DraftControl::kProbeEvery);
+  EXPECT_EQ(DraftControl().Plan(0).drafts, 0);
+  EXPECT_FALSE(DraftControl().Plan(0).counts);
 }
 
 }  // namespace

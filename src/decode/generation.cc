@@ -395,7 +395,8 @@ void Generation::AccountPass(double seconds) {
     case Phase::kDraft:
       ++stats_.denoise_passes;
       stats_.denoise_seconds += seconds;
-      if (TimesDrafts()) timed_rows_ = static_cast<int64_t>(input_.size());
+      if (phase_ == Phase::kDraft && TimesDrafts())
+        timed_rows_ = static_cast<int64_t>(input_.size());
       break;
     case Phase::kCommit:
     case Phase::kVerify:
@@ -490,8 +491,10 @@ void Generation::StartBlock(int32_t seed) {
   phase_ = params_.mode == Mode::kDiffusion ? Phase::kDenoise : Phase::kDraft;
   guess_ = -1;
   int64_t len = BlockLen(stats_.generated);
+  DraftControl::Choice choice;  // counted only if the round runs (a carried controller goes on)
   if (params_.mode == Mode::kSpec && params_.draft_auto) {
-    len = 1 + draft_control_.Next(static_cast<int>(len - 1));
+    choice = draft_control_.Plan(static_cast<int>(len - 1));
+    len = 1 + choice.drafts;
     if (len == 1) {  // no draft pays: the round is one AR step (a verify pass of the seed)
       phase_ = Phase::kVerify;
       verify_len_ = 1;
@@ -503,6 +506,7 @@ void Generation::StartBlock(int32_t seed) {
   masked_.assign(block_.size(), 1);
   masked_[0] = 0;
   if (!Emit(seed)) return;  // EOG seed, length, or cancelled: no pass runs, so no round
+  draft_control_.Take(choice);
   ++stats_.rounds;
   block_emitted_ = 1;
 }

@@ -51,7 +51,8 @@ struct DecodeParams {
   int draft_max = 0;
   /// Spec (`--draft-max auto`): pick each round's drafts in [0, max] (max as above) to maximize
   /// expected tokens per second from the acceptance and the pass costs seen so far in this
-  /// generation (DraftControl); 0 drafts make the round one AR step. Output is unchanged.
+  /// generation, or carried from an earlier one (Generation::CarryDraftControl; DraftControl);
+  /// 0 drafts make the round one AR step. Output is unchanged.
   bool draft_auto = false;
   /// Spec: the draft pass's mask rows route only among the seed's experts
   /// (SequenceInput::expert_anchor_rows = 1), so a draft reads no more expert bytes than an AR
@@ -192,18 +193,18 @@ class Generation {
   const DecodeStats& stats() const { return stats_; }
   /// The draft-length controller of `--draft-max auto` (tests: what it has measured).
   const DraftControl& draft_control() const { return draft_control_; }
-  /// Greedy spec with draft_auto, before the first pass: the draft-length controller starts from
+  /// Greedy spec with draft_auto, before the first round: the draft-length controller starts from
   /// `carried` (an earlier generation's CarriedDraftControl()) instead of its priors; the output
   /// is unchanged (only the draft lengths move). Ignored otherwise: a sampled request's draft
   /// lengths decide its random draws, so they follow its own tokens only (a seed reproduces it).
   void CarryDraftControl(const DraftControl& carried) {
-    if (params_.mode == Mode::kSpec && TimesDrafts() && stats_.rounds == 0)
-      draft_control_ = carried;
+    if (CarriesDraftControl() && stats_.rounds == 0) draft_control_ = carried;
   }
   /// What CarryDraftControl takes for the next generation (DraftControl::Carried): set for a
-  /// greedy spec generation with draft_auto that ran a round.
+  /// greedy spec generation with draft_auto that ran a round. Under a grammar neither: its masks
+  /// make every row dearer, a curve that would keep the next request from drafting.
   std::optional<DraftControl> CarriedDraftControl() const {
-    if (params_.mode != Mode::kSpec || !TimesDrafts() || stats_.rounds == 0) return std::nullopt;
+    if (!CarriesDraftControl() || stats_.rounds == 0) return std::nullopt;
     return draft_control_.Carried();
   }
   const DecodeParams& params() const { return params_; }
@@ -271,6 +272,9 @@ class Generation {
   // request irreproducible; sampled requests keep DraftControl's prior cost curve, and their
   // draft lengths follow their tokens only.
   bool TimesDrafts() const { return params_.draft_auto && params_.sampling.greedy(); }
+  bool CarriesDraftControl() const {
+    return params_.mode == Mode::kSpec && TimesDrafts() && !params_.grammar;
+  }
   // DraftControl::OnPass for the pending draft or verify pass: the time from NextInput to now,
   // which is the pass and what its logits cost here (the rows' processing, further verify rows,
   // the rollback), so the draft length weighs a round's whole cost, not the forward pass alone.
