@@ -82,12 +82,6 @@ void DraftControl::Take(const Choice& c) {
   no_draft_rounds_ = 0;
 }
 
-int DraftControl::Next(int max_drafts) {
-  const Choice c = Plan(max_drafts);
-  Take(c);
-  return c.drafts;
-}
-
 void DraftControl::OnPass(int64_t rows, double seconds) {
   if (rows < 1 || rows > kMaxRows || !(seconds >= 0)) return;
   samples_[rows][next_[rows]] = seconds;

@@ -47,8 +47,6 @@ class DraftControl {
   Choice Plan(int max_drafts) const;
   /// The round planned as `c` runs: counts it towards (or resets) the probe interval.
   void Take(const Choice& c);
-  /// Plan and Take: drafts for the next round, in [0, max_drafts].
-  int Next(int max_drafts);
   /// A pass of `rows` tokens took `seconds` (the forward pass and the work on its logits).
   void OnPass(int64_t rows, double seconds);
   /// A round with `drafted` drafts verified (the verify cut included) accepted `accepted`.

@@ -10,6 +10,13 @@
 namespace crossword::decode {
 namespace {
 
+// A round as Generation runs one whose seed is emitted: Plan, then Take.
+int RunRound(DraftControl& c, int max_drafts) {
+  const DraftControl::Choice choice = c.Plan(max_drafts);
+  c.Take(choice);
+  return choice.drafts;
+}
+
 // The draft-length choice follows the cost curve and the acceptance it was shown.
 TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
   const auto feed = [](DraftControl& c, double slope, double acc, int rounds) {
@@ -24,8 +31,8 @@ TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
   feed(cheap, 0.02, 1.0, 30);
   EXPECT_GT(cheap.acceptance(), 0.9);
   EXPECT_NEAR(cheap.RelativeCost(16), 1.3, 1e-9);
-  EXPECT_EQ(cheap.Next(15), 15);
-  EXPECT_EQ(cheap.Next(3), 3);
+  EXPECT_EQ(RunRound(cheap, 15), 15);
+  EXPECT_EQ(RunRound(cheap, 3), 3);
   // The embedded model's curve (a 16-row pass ~6.5 AR steps) with 0.9 acceptance: no draft
   // length pays (best ~0.8 tokens per AR step), so rounds are AR steps, with probes after 8,
   // 16, 32, then every 64 rounds (the probes find what they found before).
@@ -34,27 +41,27 @@ TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
   EXPECT_LT(dear.Rate(4), 1.0);
   std::vector<int> probes;
   for (int r = 1; r <= 200; ++r) {
-    if (dear.Next(15) > 0) probes.push_back(r);
+    if (RunRound(dear, 15) > 0) probes.push_back(r);
   }
   EXPECT_EQ(probes, (std::vector<int>{8, 24, 56, 120, 184}));
   // A round that drafts by choice brings the interval back to kProbeEvery.
   feed(dear, 0.02, 1.0, 30);
-  EXPECT_GT(dear.Next(15), 0);
+  EXPECT_GT(RunRound(dear, 15), 0);
   feed(dear, 0.37, 0.9, 30);
   int first = 0;
-  for (int r = 1; first == 0 && r <= 100; ++r) first = dear.Next(15) > 0 ? r : 0;
+  for (int r = 1; first == 0 && r <= 100; ++r) first = RunRound(dear, 15) > 0 ? r : 0;
   EXPECT_EQ(first, DraftControl::kProbeEvery);
   // In between: a moderate curve picks a short draft.
   DraftControl mid;
   feed(mid, 0.1, 0.8, 30);
-  const int d = mid.Next(15);
+  const int d = RunRound(mid, 15);
   EXPECT_GE(d, 4);
   EXPECT_LE(d, 12);
   for (int k = 1; k <= 15; ++k) EXPECT_GE(mid.Rate(d), mid.Rate(k)) << k;
   // Unmeasured lengths follow the prior shape scaled to the measured passes.
   DraftControl fresh;
   EXPECT_NEAR(fresh.RelativeCost(11), 1.0 + 10 * DraftControl::kPriorSlope, 1e-9);
-  EXPECT_EQ(fresh.Next(0), 0);
+  EXPECT_EQ(RunRound(fresh, 0), 0);
 }
 
 // What a server slot carries from one `--draft-max auto` generation into the next: the pass
@@ -69,7 +76,7 @@ TEST(DraftControl, CarriedStateKeepsCostsAndProbesAndLightensAcceptance) {
   }
   std::vector<int> probes;
   for (int r = 1; r <= 30; ++r) {
-    if (dear.Next(15) > 0) probes.push_back(r);
+    if (RunRound(dear, 15) > 0) probes.push_back(r);
   }
   ASSERT_EQ(probes, (std::vector<int>{8, 24}));
   const DraftControl c = dear.Carried();
@@ -78,7 +85,7 @@ TEST(DraftControl, CarriedStateKeepsCostsAndProbesAndLightensAcceptance) {
   // The probe interval (32 after two probes) and the rounds since the last probe (6) go on.
   DraftControl next = c;
   int first = 0;
-  for (int r = 1; first == 0 && r <= 100; ++r) first = next.Next(15) > 0 ? r : 0;
+  for (int r = 1; first == 0 && r <= 100; ++r) first = RunRound(next, 15) > 0 ? r : 0;
   EXPECT_EQ(first, 32 - 6);
   // Lighter evidence: the same rounds of full acceptance move the carried estimate further.
   DraftControl a = dear, b = c;
@@ -125,14 +132,14 @@ TEST(DraftControl, TheCostIsTheMedianOfThePassesSeen) {
 // round planned but never run (the seed ended the answer) leaves a carried controller as it was.
 TEST(DraftControl, OnlyARoundThatRunsCountsTowardsTheProbe) {
   DraftControl c;  // priors: no length pays, the first probe after 8 rounds
-  for (int r = 1; r < DraftControl::kProbeEvery; ++r) EXPECT_EQ(c.Next(15), 0);
+  for (int r = 1; r < DraftControl::kProbeEvery; ++r) EXPECT_EQ(RunRound(c, 15), 0);
   const DraftControl::Choice probe = c.Plan(15);
   EXPECT_TRUE(probe.probe);
   EXPECT_GT(probe.drafts, 0);
   EXPECT_EQ(c.Plan(15).drafts, probe.drafts);  // planned again: the same
   c.Take(probe);
   int next = 0;
-  for (int r = 1; next == 0 && r <= 100; ++r) next = c.Next(15) > 0 ? r : 0;
+  for (int r = 1; next == 0 && r <= 100; ++r) next = RunRound(c, 15) > 0 ? r : 0;
   EXPECT_EQ(next, 2 * DraftControl::kProbeEvery);
   EXPECT_EQ(DraftControl().Plan(0).drafts, 0);
   EXPECT_FALSE(DraftControl().Plan(0).counts);
