@@ -570,7 +570,12 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
   alignas(64) PackedBlock scratch[kChunkBlocks];
   const int64_t nblocks = w.n_in / 32;
   const auto* base = static_cast<const uint8_t*>(w.data);
-  const bool prefetch = rows.n_rows > kMaxDirectRows;
+  // Software prefetches for the copy (below): with 4+ rows, and with 2-3 rows of 512+ columns
+  // (a real-width routed expert with the 1-3 rows a 32-row pass gives it: BM_MoeExperts Q8_0 U 165,
+  // 2 threads, 4 alternated pairs, 2 rows 28.3-29.1 -> 31.7-33.8 GB/s, 3 rows 26.9-27.8
+  // -> 32.4-33.1; one row is as fast without them, and the tiny model's 4-block rows are slower
+  // with them).
+  const bool prefetch = rows.n_rows > kMaxDirectRows || (rows.n_rows > 1 && nblocks >= 16);
   for (int64_t ot = o0; ot < o1; ot += kOTile) {
     const int nv = static_cast<int>(std::min<int64_t>(kOTile, o1 - ot));
     const __mmask16 mask = static_cast<__mmask16>((1u << nv) - 1);
@@ -581,10 +586,10 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
       if (prepacked) {
         p = prepacked + (ot / kOTile) * nblocks + b0;
         // The next chunk of the copy (contiguous) into L2 while this one is multiplied, a few
-        // lines per block of the first pass over it, when there are rows enough to hide it:
-        // few rows stream at the hardware prefetcher's pace, and the requests cost more than
-        // they save there (the tiny model's Q8_0 one-row step, 4-block rows, ran at 0.64x with
-        // a whole chunk's requests per 4-block row).
+        // lines per block of the first pass over it, when `prefetch` says it pays: one row streams
+        // at the hardware prefetcher's pace, and on short rows the requests cost more than they
+        // save (the tiny model's Q8_0 one-row step, 4-block rows, ran at 0.64x with a whole
+        // chunk's requests per 4-block row).
         if (prefetch && (ot + kOTile < o1 || b0 + kChunkBlocks < nblocks)) {
           const int64_t next = b0 + nb < nblocks
                                    ? std::min<int64_t>(kChunkBlocks, nblocks - b0 - nb)
