@@ -363,6 +363,7 @@ void BM_Attention(benchmark::State& state) {
 BENCHMARK(BM_Attention)
     ->Args({1, 512, 2})
     ->Args({1, 8192, 2})
+    ->Args({32, 4096, 2})
     ->Args({512, 0, 2})
     ->ArgNames({"T", "n_past", "threads"})
     ->UseRealTime()

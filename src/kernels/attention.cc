@@ -79,10 +79,16 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
   const int64_t ohs = a.out_head_stride ? a.out_head_stride : D;
   const float scale = a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(D));
 
-  alignas(64) float q[kMaxQRows][kMaxHeadDim];
-  alignas(64) float acc[kMaxQRows][kMaxHeadDim];
-  alignas(64) float kf[kKeyChunk][kMaxHeadDim];
-  alignas(64) float vf[kKeyChunk][kMaxHeadDim];
+  // Rows Dp floats apart, not kMaxHeadDim: rows 2 KiB apart all fell into the same few L1 sets
+  // (D 32: every row of the four buffers in 4 sets; D 256: 16 key rows in 32 sets of 8 ways).
+  alignas(64) float q_buf[kMaxQRows * kMaxHeadDim];
+  alignas(64) float acc_buf[kMaxQRows * kMaxHeadDim];
+  alignas(64) float kf_buf[kKeyChunk * kMaxHeadDim];
+  alignas(64) float vf_buf[kKeyChunk * kMaxHeadDim];
+  const auto q = [&](int i) { return q_buf + i * Dp; };
+  const auto acc = [&](int i) { return acc_buf + i * Dp; };
+  const auto kf = [&](int j) { return kf_buf + j * Dp; };
+  const auto vf = [&](int j) { return vf_buf + j * Dp; };
   alignas(64) float s[kKeyChunk];
   float m[kMaxQRows], l[kMaxQRows];
   int64_t kv_len[kMaxQRows];
@@ -91,15 +97,15 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
     const int64_t t = t0 + i / group;
     const int h = g * group + i % group;
     const float* src = a.q + t * a.ldq + h * qhs;
-    for (int64_t j = 0; j < Dp; ++j) q[i][j] = j < D ? src[j] * scale : 0.0f;
-    std::fill(acc[i], acc[i] + Dp, 0.0f);
+    for (int64_t j = 0; j < Dp; ++j) q(i)[j] = j < D ? src[j] * scale : 0.0f;
+    std::fill(acc(i), acc(i) + Dp, 0.0f);
     m[i] = -INFINITY;
     l[i] = 0.0f;
     kv_len[i] = a.causal ? a.n_past + t + 1 : a.n_past + a.T;
     max_len = std::max(max_len, kv_len[i]);
   }
-  for (int j = 0; j < kKeyChunk; ++j) std::fill(kf[j] + D, kf[j] + Dp, 0.0f);
-  for (int j = 0; j < kKeyChunk; ++j) std::fill(vf[j] + D, vf[j] + Dp, 0.0f);
+  for (int j = 0; j < kKeyChunk; ++j) std::fill(kf(j) + D, kf(j) + Dp, 0.0f);
+  for (int j = 0; j < kKeyChunk; ++j) std::fill(vf(j) + D, vf(j) + Dp, 0.0f);
   const size_t esize = a.kv_type == GgmlType::kF16 ? 2 : 4;
   const auto* kbase = static_cast<const uint8_t*>(a.k);
   const auto* vbase = static_cast<const uint8_t*>(a.v);
@@ -108,15 +114,15 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
     const int n = static_cast<int>(std::min<int64_t>(kKeyChunk, max_len - p0));
     for (int j = 0; j < n; ++j) {
       const int64_t p = p0 + j;
-      LoadKvRow(kbase + (p * a.ldk + g * D) * esize, a.kv_type, D, kf[j]);
-      LoadKvRow(vbase + (p * a.ldv + g * D) * esize, a.kv_type, D, vf[j]);
+      LoadKvRow(kbase + (p * a.ldk + g * D) * esize, a.kv_type, D, kf(j));
+      LoadKvRow(vbase + (p * a.ldv + g * D) * esize, a.kv_type, D, vf(j));
     }
     for (int i = 0; i < nq; ++i) {
       const int nk = static_cast<int>(std::min<int64_t>(n, kv_len[i] - p0));
       if (nk <= 0) continue;
       float cmax = -INFINITY;
       for (int j = 0; j < nk; ++j) {
-        s[j] = Dot(q[i], kf[j], Dp);
+        s[j] = Dot(q(i), kf(j), Dp);
         cmax = std::max(cmax, s[j]);
       }
       const float m_new = std::max(m[i], cmax);
@@ -134,9 +140,9 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
       m[i] = m_new;
       const auto vc = hn::Set(d, corr);
       for (int64_t c = 0; c < Dp; c += N) {
-        auto o = hn::Mul(hn::Load(d, acc[i] + c), vc);
-        for (int j = 0; j < nk; ++j) o = hn::MulAdd(hn::Set(d, s[j]), hn::Load(d, vf[j] + c), o);
-        hn::Store(o, d, acc[i] + c);
+        auto o = hn::Mul(hn::Load(d, acc(i) + c), vc);
+        for (int j = 0; j < nk; ++j) o = hn::MulAdd(hn::Set(d, s[j]), hn::Load(d, vf(j) + c), o);
+        hn::Store(o, d, acc(i) + c);
       }
     }
   }
@@ -145,7 +151,7 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
     const int h = g * group + i % group;
     float* out = a.out + t * a.ldo + h * ohs;
     const float inv = 1.0f / l[i];
-    for (int64_t j = 0; j < D; ++j) out[j] = acc[i][j] * inv;
+    for (int64_t j = 0; j < D; ++j) out[j] = acc(i)[j] * inv;
   }
 }
 
