@@ -24,7 +24,7 @@
 #define CROSSWORD_KERNELS_ATTENTION_CONSTANTS
 namespace crossword::kernels::detail {
 constexpr int kKeyChunk = 16;  // keys converted to f32 and scored together
-constexpr int kMaxQRows = 16;  // query rows (tokens x heads of one kv head) per task
+constexpr int kMaxQRows = 32;  // query rows (tokens x heads of one kv head) per task
 constexpr int kMaxHeadDim = 512;
 }  // namespace crossword::kernels::detail
 #endif
@@ -67,6 +67,72 @@ float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
   return s;
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// s[j] = q . kf_j for the chunk's kKeyChunk key rows (rows Dp floats apart, Dp a multiple of the
+// lanes). Dot per key ends in a horizontal reduction (log2(lanes) dependent shuffle-and-add
+// steps) and reloads q for every key; here q is loaded once per vector of columns for a lane
+// count of keys, each key's products stay a vector, and one transpose-and-add tree
+// (ConcatEven + ConcatOdd + Add per pair, as gdn.cc's RowsBlocked) leaves lane j holding key j's
+// score. The same code runs for every query, so a row's bits do not depend on T.
+HWY_INLINE void ChunkScores(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kf, int64_t Dp,
+                            float* HWY_RESTRICT s) {
+  using DF = hn::ScalableTag<float>;
+  const DF d;
+  constexpr int kN = static_cast<int>(HWY_LANES(float));
+  static_assert(kN >= 2 && (kN & (kN - 1)) == 0 && kKeyChunk % kN == 0);
+  const auto pair_sum = [&](hn::Vec<DF> a, hn::Vec<DF> b) {
+    return hn::Add(hn::ConcatEven(d, b, a), hn::ConcatOdd(d, b, a));
+  };
+  for (int j0 = 0; j0 < kKeyChunk; j0 += kN) {
+    hn::Vec<DF> p[kN];
+    HWY_UNROLL(16) for (int j = 0; j < kN; ++j) p[j] = hn::Zero(d);
+    for (int64_t c = 0; c < Dp; c += kN) {
+      const auto qv = hn::Load(d, q + c);
+      HWY_UNROLL(16) for (int j = 0; j < kN; ++j) {
+        p[j] = hn::MulAdd(qv, hn::Load(d, kf + (j0 + j) * Dp + c), p[j]);
+      }
+    }
+    HWY_UNROLL(4) for (int m = kN; m > 1; m /= 2) {
+      HWY_UNROLL(8) for (int r = 0; r < m / 2; ++r) p[r] = pair_sum(p[2 * r], p[2 * r + 1]);
+    }
+    hn::Store(p[0], d, s + j0);
+  }
+}
+#endif
+
+// Vectors of output columns one query keeps in registers while it adds a chunk's values.
+constexpr int kValueTile = 8;
+
+// acc[0, NV lanes) = acc * corr + sum over keys j < nk of s[j] * vf_j (value rows Dp floats apart),
+// the keys added in order as before. The columns stay in NV registers across the keys, so each
+// key costs one broadcast and NV loads for NV multiply-adds (per column vector, as the loop had
+// it, a key cost a load and a broadcast per multiply-add).
+template <int NV>
+HWY_INLINE void AccumulateValues(float* HWY_RESTRICT acc, const float* HWY_RESTRICT vf, int64_t Dp,
+                                 const float* HWY_RESTRICT s, int nk, float corr) {
+  using DF = hn::ScalableTag<float>;
+  const DF d;
+  const int64_t N = hn::Lanes(d);
+  hn::Vec<DF> o[NV];
+  const auto vc = hn::Set(d, corr);
+  HWY_UNROLL(8) for (int v = 0; v < NV; ++v) o[v] = hn::Mul(hn::Load(d, acc + v * N), vc);
+  for (int j = 0; j < nk; ++j) {
+    const auto sj = hn::Set(d, s[j]);
+    const float* row = vf + j * Dp;
+    HWY_UNROLL(8)
+    for (int v = 0; v < NV; ++v) o[v] = hn::MulAdd(sj, hn::Load(d, row + v * N), o[v]);
+  }
+  HWY_UNROLL(8) for (int v = 0; v < NV; ++v) hn::Store(o[v], d, acc + v * N);
+}
+
+// AccumulateValues<n> for the n < kValueTile column vectors left after the full tiles (n <= NV).
+template <int NV>
+HWY_INLINE void AccumulateValuesRest(int n, float* acc, const float* vf, int64_t Dp, const float* s,
+                                     int nk, float corr) {
+  if (n == NV) return AccumulateValues<NV>(acc, vf, Dp, s, nk, corr);
+  if constexpr (NV > 1) AccumulateValuesRest<NV - 1>(n, acc, vf, Dp, s, nk, corr);
+}
+
 // Queries of tokens [t0, t1) and the heads of kv head g.
 void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
   const hn::ScalableTag<float> d;
@@ -104,8 +170,10 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
     kv_len[i] = a.causal ? a.n_past + t + 1 : a.n_past + a.T;
     max_len = std::max(max_len, kv_len[i]);
   }
-  for (int j = 0; j < kKeyChunk; ++j) std::fill(kf(j) + D, kf(j) + Dp, 0.0f);
-  for (int j = 0; j < kKeyChunk; ++j) std::fill(vf(j) + D, vf(j) + Dp, 0.0f);
+  // Zeros once: the pads past D stay zero, and ChunkScores reads every row of a chunk, also
+  // those the last chunk leaves unloaded (their scores are never used).
+  std::fill(kf_buf, kf_buf + kKeyChunk * Dp, 0.0f);
+  std::fill(vf_buf, vf_buf + kKeyChunk * Dp, 0.0f);
   const size_t esize = a.kv_type == GgmlType::kF16 ? 2 : 4;
   const auto* kbase = static_cast<const uint8_t*>(a.k);
   const auto* vbase = static_cast<const uint8_t*>(a.v);
@@ -120,11 +188,13 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
     for (int i = 0; i < nq; ++i) {
       const int nk = static_cast<int>(std::min<int64_t>(n, kv_len[i] - p0));
       if (nk <= 0) continue;
+#if HWY_TARGET != HWY_SCALAR
+      ChunkScores(q(i), kf_buf, Dp, s);
+#else
+      for (int j = 0; j < nk; ++j) s[j] = Dot(q(i), kf(j), Dp);
+#endif
       float cmax = -INFINITY;
-      for (int j = 0; j < nk; ++j) {
-        s[j] = Dot(q(i), kf(j), Dp);
-        cmax = std::max(cmax, s[j]);
-      }
+      for (int j = 0; j < nk; ++j) cmax = std::max(cmax, s[j]);
       const float m_new = std::max(m[i], cmax);
       const float corr = std::exp(m[i] - m_new);  // 0 on the first chunk (m = -inf)
       float psum = 0.0f;
@@ -138,12 +208,12 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
       }
       l[i] = l[i] * corr + psum;
       m[i] = m_new;
-      const auto vc = hn::Set(d, corr);
-      for (int64_t c = 0; c < Dp; c += N) {
-        auto o = hn::Mul(hn::Load(d, acc(i) + c), vc);
-        for (int j = 0; j < nk; ++j) o = hn::MulAdd(hn::Set(d, s[j]), hn::Load(d, vf(j) + c), o);
-        hn::Store(o, d, acc(i) + c);
+      int64_t c = 0;
+      for (; c + kValueTile * N <= Dp; c += kValueTile * N) {
+        AccumulateValues<kValueTile>(acc(i) + c, vf_buf + c, Dp, s, nk, corr);
       }
+      AccumulateValuesRest<kValueTile - 1>(static_cast<int>((Dp - c) / N), acc(i) + c, vf_buf + c,
+                                           Dp, s, nk, corr);
     }
   }
   for (int i = 0; i < nq; ++i) {
