@@ -179,7 +179,7 @@ BENCHMARK(BM_MatMul)
     ->ArgsProduct({{3, 4, 6}, {1, 8, 32}, {2048}, {248320}, {2}, {0, 1}})
     // The head's kernel alone: 512 of its rows from the load-time copy (1.4 MB for Q6_K, in L2),
     // one thread.
-    ->ArgsProduct({{6}, {8, 32}, {2048}, {512}, {1}, {1}})
+    ->ArgsProduct({{3, 6}, {8, 32}, {2048}, {512}, {1}, {1}})
     ->ArgsProduct({{6}, {8, 32}, {2048}, {1024}, {2}, {1}})
     ->ArgsProduct({{6}, {8}, {2048}, {248320}, {1}, {1}})
     ->ArgNames({"type", "rows", "n_in", "n_out", "threads", "packed"})
