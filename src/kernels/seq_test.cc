@@ -97,6 +97,55 @@ TEST(Attention, MatchesTwinOnEveryTarget) {
   }
 }
 
+// A verify pass must give each of its rows the bits the AR step at that position gets: a causal
+// T-row call equals T one-row calls over the same cache, bit for bit, on every target (Clover's
+// 16 / 2 heads x 256 and the embedded model's 4 / 2 x 32; the T-row call spans several tasks).
+TEST(Attention, CausalRowsAreBatchInvariant) {
+  TargetGuard guard;
+  ThreadPool pool(2);
+  for (const auto& [n_head, n_head_kv, D] : {std::tuple{16, 2, 256}, std::tuple{4, 2, 32}}) {
+    const int64_t T = 9, n_past = 37, n_kv = n_past + T;
+    const int64_t ldq = n_head * D, ldk = n_head_kv * D, ldo = n_head * D;
+    const auto q = Random(T * ldq, -1.0f, 1.0f, 11);
+    const auto kf = Random(n_kv * ldk, -1.0f, 1.0f, 12), vf = Random(n_kv * ldk, -1.0f, 1.0f, 13);
+    std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) {
+      kh[i] = F32ToF16(kf[i]);
+      vh[i] = F32ToF16(vf[i]);
+    }
+    AttentionArgs a;
+    a.ldq = ldq;
+    a.k = kh.data();
+    a.v = vh.data();
+    a.kv_type = GgmlType::kF16;
+    a.ldk = a.ldv = ldk;
+    a.ldo = ldo;
+    a.n_head = n_head;
+    a.n_head_kv = n_head_kv;
+    a.head_dim = D;
+    for (int64_t target : AvailableTargets()) {
+      ForceTargetForTest(target);
+      std::vector<float> all(T * ldo), one(ldo);
+      a.q = q.data();
+      a.out = all.data();
+      a.T = T;
+      a.n_past = n_past;
+      Attention(a, pool);
+      for (int64_t t = 0; t < T; ++t) {
+        a.q = q.data() + t * ldq;
+        a.out = one.data();
+        a.T = 1;
+        a.n_past = n_past + t;
+        Attention(a, pool);
+        for (int64_t j = 0; j < ldo; ++j) {
+          ASSERT_EQ(one[j], all[t * ldo + j])
+              << TargetName(target) << " D " << D << " row " << t << " column " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(Attention, RejectsBadArguments) {
   ThreadPool pool(1);
   std::vector<float> buf(4096);
