@@ -50,7 +50,7 @@ def load_sweep(path):
             if j.get("x_floor") is None:  # a GPU sweep has no host floors
                 continue
             rows[j["test"]] = j
-            machine = {"bw": j["read_gbps"], "int8": j["int8_gmacs"]}
+            machine = {"bw": j["read_gbps"], "int8": j.get("int8_peak_gmacs") or j["int8_gmacs"]}
     return rows, machine
 
 

@@ -290,6 +290,14 @@ void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool& pool);
 /// Name of the Highway target the dispatching entry points use now ("AVX3_DL", "AVX2", ...,
 /// "SCALAR" for the portable fallback of Highway 1.0.3).
 const char* CurrentTargetName();
+
+/// Multiply-adds per second that this CPU's int8 dot-product instruction sustains on all of
+/// `pool`'s threads at once: 512-bit vpdpbusd, 16 independent chains per thread, best of 5
+/// timings of ~2 ms each (after one that wakes the threads). The instruction's throughput, so a
+/// roof no int8 product kernel can pass (the cache-resident rate of the kernels themselves is below
+/// it by their loads, scale arithmetic and call overheads). 0 where this build's products do not
+/// use the instruction (CPUs without AVX-512 VNNI).
+double Int8PeakRate(ThreadPool& pool);
 /// Whether this CPU has AVX512_BF16 (vdpbf16ps), used by the BF16 path of the AVX3_DL target.
 bool CpuHasAvx512Bf16();
 /// Highway targets (bits of HWY_TARGETS) compiled into crossword_kernels that this CPU

@@ -14,6 +14,9 @@
 #include "core/quant_blocks.h"
 #include "kernels/kernels.h"
 #include "kernels/ref.h"
+#if defined(__x86_64__)
+#include "kernels/vnni_kernels.h"
+#endif
 
 namespace crossword::kernels {
 namespace {
@@ -552,6 +555,29 @@ TEST(Repack, OnlyTypesWithATileLayout) {
     EXPECT_EQ(RepackedBytes(mq), 2u * 2u * 576u);  // 2 tiles of 16 rows x 2 blocks
     alignas(64) std::byte buf[2 * 2 * 576 + 1];
     EXPECT_THROW(Repack(mq, buf + 1), Error);  // misaligned
+  }
+}
+
+// The probe counts what it runs: 16 chains of 16 lanes, each lane starting at its chain's index
+// and gaining 4 x (3 x 5) = 60 per round, sum to 16 x (0 + ... + 15) + 16 x 16 x 60 x rounds.
+// The rate is positive exactly on the target whose products use the instruction.
+TEST(Int8PeakRate, CountsTheInstructionsItRunsAndOnlyWhereTheProductsUseThem) {
+  TargetGuard guard;
+  ThreadPool pool(2);
+  for (const Config& config : Configs()) {
+    config.Use();
+    const bool vnni = config.Name() == std::string("AVX3_DL");
+    const double peak = Int8PeakRate(pool);
+    if (!vnni) {
+      EXPECT_EQ(peak, 0.0) << config.Name();
+      continue;
+    }
+    EXPECT_GT(peak, 1e9) << config.Name();  // any AVX-512 VNNI core: tens of G per thread
+#if defined(__x86_64__)
+    for (int64_t rounds : {0, 1, 1000}) {
+      EXPECT_EQ(vnni::DpbusdChains(rounds), 16 * 120 + 16 * 16 * 60 * rounds) << rounds;
+    }
+#endif
   }
 }
 

@@ -61,4 +61,10 @@ void RepackK(const Matrix& w, void* out);
 /// (check CpuHasAvx512Bf16() first).
 void Bf16Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 
+/// Runs `rounds` rounds of 16 independent 512-bit vpdpbusd chains (16 x 64 = 1,024 multiply-adds
+/// per round) on the calling thread and returns a value derived from every chain, so that the
+/// loop cannot be removed. The instruction-throughput probe behind Int8PeakRate. Requires AVX512
+/// VNNI.
+int32_t DpbusdChains(int64_t rounds);
+
 }  // namespace crossword::kernels::vnni
