@@ -3,6 +3,9 @@
 // with crossword's decoding mode, block size, threshold and tokens per pass). Shapes follow
 // llama-server's tools/server README; fields crossword has no equivalent for are left out.
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <string>
 
 #include "server/server_impl.h"
 #include "tokenizer/utf8.h"
@@ -11,17 +14,29 @@ namespace crossword::server {
 
 using json = nlohmann::ordered_json;
 
+namespace {
+
+// A float setting as the shortest decimal that reads back as the same float (0.95f as 0.95, not
+// the 0.949999988079071 that widening it to a double would print).
+double FloatJson(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+}  // namespace
+
 json ParamsJson(const decode::DecodeParams& p) {
   const decode::SamplingParams& s = p.sampling;
   return {{"n_predict", p.max_tokens},
           {"seed", s.seed},
-          {"temperature", s.temperature},
+          {"temperature", FloatJson(s.temperature)},
           {"top_k", s.top_k},
-          {"top_p", s.top_p},
-          {"min_p", s.min_p},
-          {"repeat_penalty", s.repetition_penalty},
-          {"presence_penalty", s.presence_penalty},
-          {"frequency_penalty", s.frequency_penalty},
+          {"top_p", FloatJson(s.top_p)},
+          {"min_p", FloatJson(s.min_p)},
+          {"repeat_penalty", FloatJson(s.repetition_penalty)},
+          {"presence_penalty", FloatJson(s.presence_penalty)},
+          {"frequency_penalty", FloatJson(s.frequency_penalty)},
           {"max_tokens", p.max_tokens},
           {"ignore_eos", p.eog_ids.empty()},
           {"samplers", json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
@@ -29,7 +44,7 @@ json ParamsJson(const decode::DecodeParams& p) {
           {"speculative.n_max", p.draft_auto || p.draft_max == 0
                                     ? p.block_size - 1
                                     : std::min(p.draft_max, p.block_size - 1)},
-          {"speculative.p_min", p.draft_p_min}};
+          {"speculative.p_min", FloatJson(p.draft_p_min)}};
 }
 
 namespace {
@@ -39,9 +54,9 @@ namespace {
 json DecodingJson(const decode::DecodeParams& p) {
   return {{"mode", decode::ModeName(p.mode)},
           {"block_size", p.block_size},
-          {"threshold", p.threshold},
+          {"threshold", FloatJson(p.threshold)},
           {"draft_max", p.draft_auto ? json("auto") : json(p.draft_max)},
-          {"draft_p_min", p.draft_p_min},
+          {"draft_p_min", FloatJson(p.draft_p_min)},
           {"draft_expert_budget", p.draft_expert_budget},
           {"verify_chunk",
            p.verify_chunk == decode::kVerifyChunkAuto ? json("auto") : json(p.verify_chunk)}};

@@ -21,7 +21,7 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
   assert.equal(d.params.max_tokens, -1);
   assert.ok(Array.isArray(d.params.samplers));
   assert.equal(d.crossword.mode, "diffusion");
-  assert.equal(d.crossword.threshold.toFixed(2), "0.90");
+  assert.equal(d.crossword.threshold, 0.9, "the float setting as its shortest decimal");
   // The spec settings, valued as a request's "crossword" object takes them.
   assert.equal(d.crossword.verify_chunk, "auto");
   // The server picks spec draft lengths per round unless --draft-max says otherwise; /v1/models
@@ -85,7 +85,7 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
   assert.ok(busy, "a slot was seen busy: " + JSON.stringify(seen.body));
   assert.equal(busy.crossword.mode, "diffusion");
   assert.equal(busy.crossword.block_size, 16);
-  assert.equal(busy.crossword.threshold.toFixed(2), "0.80");
+  assert.equal(busy.crossword.threshold, 0.8);
   assert.equal(busy.crossword.phase, "generating");
   assert.ok(busy.crossword.tokens_per_pass > 0);
   assert.ok(busy.next_token.n_decoded > 0);
@@ -101,12 +101,13 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
   assert.equal(spec.crossword.mode, "spec");
   assert.equal(spec.crossword.draft_max, "auto");
   assert.equal(spec.crossword.verify_chunk, 4);
-  assert.equal(spec.crossword.draft_p_min.toFixed(2), "0.25");
+  assert.equal(spec.crossword.draft_p_min, 0.25);
   assert.equal(spec.crossword.draft_expert_budget, true);
   // Its sampling settings too, not the server's defaults.
   const sp = spec.params;
-  assert.deepEqual([sp.temperature, sp.top_p, sp.min_p, sp.repeat_penalty, sp.presence_penalty, sp.frequency_penalty]
-    .map((x) => x.toFixed(2)), ["0.70", "0.90", "0.10", "1.20", "0.30", "0.20"]);
+  // Exactly as sent: float settings print as their shortest decimal (0.7, not 0.699999988079071).
+  assert.deepEqual([sp.temperature, sp.top_p, sp.min_p, sp.repeat_penalty, sp.presence_penalty, sp.frequency_penalty],
+    [0.7, 0.9, 0.1, 1.2, 0.3, 0.2]);
   assert.equal(sp.top_k, 5);
   assert.equal(sp.seed, 3);
   assert.equal(sp["speculative.n_max"], 31, "under auto: the most a round drafts");
