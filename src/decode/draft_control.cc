@@ -15,10 +15,12 @@ double DraftControl::Cost(int64_t rows) const {
   const auto seen = [this](int64_t t) { return t >= 1 && t <= kMaxRows && count_[t] > 0; };
   // The median of the row count's recent passes: a pass the OS interrupted (this VM's one-row
   // passes took up to 3x their median) must not move the curve, because a curve that makes
-  // drafting look cheap stops the one-row passes that would correct it.
+  // drafting look cheap stops the one-row passes that would correct it. Of one or two passes
+  // (no middle to trust) the faster: an interruption only ever slows a pass.
   const auto median = [this](int64_t t) {
     std::array<double, kSamples> v{};
     const int n = count_[t];
+    if (n <= 2) return n == 1 ? samples_[t][0] : std::min(samples_[t][0], samples_[t][1]);
     std::copy_n(samples_[t].begin(), n, v.begin());
     std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
     const double hi = v[n / 2];
@@ -43,20 +45,25 @@ double DraftControl::Cost(int64_t rows) const {
 double DraftControl::RelativeCost(int64_t rows) const { return Cost(rows) / Cost(1); }
 
 double DraftControl::Rate(int d) const {
+  return RateWith(d, std::clamp(acceptance(), 0.0, 0.999), Cost(1));
+}
+
+double DraftControl::RateWith(int d, double a, double c1) const {
   if (d <= 0) return 1.0;
-  const double a = std::clamp(acceptance(), 0.0, 0.999);
   const double tokens = (1.0 - std::pow(a, d + 1)) / (1.0 - a);
-  return tokens / (2.0 * RelativeCost(d + 1));
+  return tokens / (2.0 * Cost(d + 1) / c1);
 }
 
 DraftControl::Choice DraftControl::Plan(int max_drafts) const {
   if (max_drafts <= 0) return {};
+  // The acceptance and the one-row cost once per plan, not once per length.
+  const double a = std::clamp(acceptance(), 0.0, 0.999), c1 = Cost(1);
   int best = 0;
-  double best_rate = Rate(0);
+  double best_rate = RateWith(0, a, c1);
   int best_drafting = 1;  // the best length with drafts, for probes
   double best_drafting_rate = -1;
   for (int d = 1; d <= max_drafts; ++d) {
-    const double r = Rate(d);
+    const double r = RateWith(d, a, c1);
     if (r > best_drafting_rate) {
       best_drafting_rate = r;
       best_drafting = d;

@@ -13,7 +13,8 @@ namespace crossword::decode {
 /// Picks spec draft lengths. Acceptance model: each draft is accepted with probability a (the
 /// first rejection ends the round), so d drafts yield E(d) = 1 + a + ... + a^d tokens (the bonus
 /// included). Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work):
-/// the median of the last kSamples passes of T rows where one was seen, linear between measured
+/// the median of the last kSamples passes of T rows where one was seen (of one or two, the
+/// faster), linear between measured
 /// row counts, past them the prior shape 1 + slope x (T - 1) scaled to the nearest measured one.
 /// A round of d >= 1 drafts costs c(d + 1) twice (draft and verify), d = 0 costs c(1). The choice
 /// never changes which tokens are emitted (verification decides), only how many per round.
@@ -73,7 +74,9 @@ class DraftControl {
 
  private:
   double Cost(int64_t rows) const;  // in seconds, or prior units before any pass was seen
-  double hits_ = 0, trials_ = 0;    // accepted drafts, compared drafts (decayed)
+  // Rate(d) at acceptance a (clamped) and one-row cost c1 = Cost(1).
+  double RateWith(int d, double a, double c1) const;
+  double hits_ = 0, trials_ = 0;  // accepted drafts, compared drafts (decayed)
   // Per row count: the seconds of its last kSamples passes (a ring), how many there are, and
   // where the next goes.
   std::array<std::array<double, kSamples>, kMaxRows + 1> samples_{};
