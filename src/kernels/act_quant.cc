@@ -160,6 +160,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace crossword::kernels {
 HWY_EXPORT(PrepareRowsImpl);
+HWY_EXPORT(RowToF16);
+
+void F32ToF16Row(const float* x, int64_t n, uint16_t* out) {
+  HWY_DYNAMIC_DISPATCH(RowToF16)(x, n, out);
+}
 
 void PrepareActivations(GgmlType weight_type, const float* x, int64_t n_rows, int64_t n_in,
                         int64_t ldx, Activations& out, ThreadPool& pool) {

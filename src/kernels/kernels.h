@@ -107,6 +107,11 @@ class Activations {
   size_t sums_offset_ = 0;
 };
 
+/// out[i] = x[i] as binary16 bits, i < n, rounded to nearest even: the bits of base/fp16.h's
+/// F32ToF16 (NaN quieted, overflow to infinity, subnormals rounded), vectorized (vcvtps2ph on
+/// x86-64). For the F16 KV cache's rows.
+void F32ToF16Row(const float* x, int64_t n, uint16_t* out);
+
 /// Converts rows x[r * ldx + k] (r < n_rows, k < n_in) into the format of `weight_type`'s dot
 /// product. Parallel over rows when n_rows > 1. Throws crossword::Error if `out` was not
 /// reserved large enough, n_in is not a multiple of the weight type's block size, or the type

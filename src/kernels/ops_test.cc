@@ -2,11 +2,14 @@
 // scalar twins; tolerances are a few float ulps (Highway's Exp/Log1p are within 1-4 ulp).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
 #include "base/error.h"
+#include "base/fp16.h"
 #include "kernels/kernels.h"
 #include "kernels/ref.h"
 
@@ -113,6 +116,33 @@ TEST(Ops, ArgMaxAndSoftmaxProbMatchTwinsOnEveryTarget) {
     }
   }
   EXPECT_THROW(SoftmaxProb(nullptr, 0, 0), Error);
+}
+
+// The KV cache's F16 rows: every target gives base/fp16.h's bits, for random values across the
+// whole range and for the edges (ties, subnormals, the overflow boundary, infinities, NaN), in
+// a row length that leaves a scalar tail.
+TEST(Ops, F32ToF16RowMatchesScalarTwinOnEveryTarget) {
+  TargetGuard guard;
+  std::vector<float> x = Random(1003, -70000.0f, 70000.0f, 9);
+  const auto small = Random(300, -1e-4f, 1e-4f, 10);
+  x.insert(x.end(), small.begin(), small.end());
+  for (float v :
+       {0.0f, -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65519.0f, 65520.0f,
+        -65520.0f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1e-5f, 1e-10f, INFINITY, -INFINITY, NAN, -NAN,
+        std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0x7fc12345u)}) {
+    x.push_back(v);
+  }
+  std::vector<uint16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = F32ToF16(x[i]);
+  for (int64_t target : AvailableTargets()) {
+    ForceTargetForTest(target);
+    SCOPED_TRACE(TargetName(target));
+    std::vector<uint16_t> got(x.size());
+    F32ToF16Row(x.data(), static_cast<int64_t>(x.size()), got.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << "x[" << i << "] = " << x[i];
+    }
+  }
 }
 
 TEST(Ops, ElementwiseMatchTwinsOnEveryTarget) {

@@ -9,7 +9,6 @@
 #include "backends/cpu/executor.h"
 #include "backends/cpu/state.h"
 #include "base/error.h"
-#include "base/fp16.h"
 
 namespace crossword::backends::cpu {
 
@@ -226,10 +225,8 @@ void CpuExecutor::AttentionCore(int il, int a_idx, std::span<const SequenceInput
     if (st.kv_type() == GgmlType::kF16) {
       uint16_t* kc = static_cast<uint16_t*>(st.k_cache(a_idx)) + sp.n_past * ld;
       uint16_t* vc = static_cast<uint16_t*>(st.v_cache(a_idx)) + sp.n_past * ld;
-      for (int64_t i = 0; i < sp.T * kv_dim; ++i) {
-        kc[i] = F32ToF16(kk[sp.row0 * kv_dim + i]);
-        vc[i] = F32ToF16(vv[sp.row0 * kv_dim + i]);
-      }
+      kernels::F32ToF16Row(kk + sp.row0 * kv_dim, sp.T * kv_dim, kc);
+      kernels::F32ToF16Row(vv + sp.row0 * kv_dim, sp.T * kv_dim, vc);
     } else {
       std::memcpy(static_cast<float*>(st.k_cache(a_idx)) + sp.n_past * ld, kk + sp.row0 * kv_dim,
                   sizeof(float) * sp.T * kv_dim);
