@@ -14,8 +14,8 @@ namespace crossword::decode {
 /// first rejection ends the round), so d drafts yield E(d) = 1 + a + ... + a^d tokens (the bonus
 /// included). Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work):
 /// the median of the last kSamples passes of T rows where one was seen (of one or two, the
-/// faster), linear between measured
-/// row counts, past them the prior shape 1 + slope x (T - 1) scaled to the nearest measured one.
+/// faster), linear between measured row counts, past them the prior shape 1 + slope x (T - 1)
+/// scaled to the nearest measured one.
 /// A round of d >= 1 drafts costs c(d + 1) twice (draft and verify), d = 0 costs c(1). The choice
 /// never changes which tokens are emitted (verification decides), only how many per round.
 /// Allocates nothing.

@@ -303,6 +303,7 @@ const char* CurrentTargetName();
 /// it by their loads, scale arithmetic and call overheads). 0 where this build's products do not
 /// use the instruction (CPUs without AVX-512 VNNI).
 double Int8PeakRate(ThreadPool& pool);
+
 /// Whether this CPU has AVX512_BF16 (vdpbf16ps), used by the BF16 path of the AVX3_DL target.
 bool CpuHasAvx512Bf16();
 /// Highway targets (bits of HWY_TARGETS) compiled into crossword_kernels that this CPU
