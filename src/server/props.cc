@@ -66,6 +66,9 @@ json DecodingJson(const decode::DecodeParams& p) {
 // the slot's context, as llama-server) when -n is not given, not DecodeParams' internal default.
 json DefaultParamsJson(const RequestDefaults& d) {
   json j = ParamsJson(d.params);
+  // Without --seed each sampled request draws its own seed: llama-server shows that default as
+  // LLAMA_DEFAULT_SEED, 0xFFFFFFFF ("-1", a random seed).
+  if (!d.fixed_seed) j["seed"] = 0xFFFFFFFFu;
   const int64_t n = d.n_predict > 0 ? d.n_predict : -1;
   j["n_predict"] = n;
   j["max_tokens"] = n;

@@ -16,6 +16,8 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
   assert.equal(d.n_ctx, 1024);
   assert.equal(typeof d.params.temperature, "number");
   assert.equal(typeof d.params.top_k, "number");
+  // No --seed: each sampled request draws its own seed, shown as llama-server's LLAMA_DEFAULT_SEED.
+  assert.equal(d.params.seed, 4294967295);
   // No -n: a request without max_tokens runs to the end of its slot's context, as llama-server says.
   assert.equal(d.params.n_predict, -1);
   assert.equal(d.params.max_tokens, -1);

@@ -266,6 +266,16 @@ TEST(Api, RejectsBadFieldsNamingThem) {
   EXPECT_EQ(ParamOf(R"({"messages": [{"role": "user", "content": "x"}], "whatever": [1]})"),
             "(accepted)");
   EXPECT_THROW(ParseBody("{\"max_tokens\": 1e999}"), ApiError);  // beyond double: 400, not 500
+  // The parser's messages reach the client without the library's exception tags.
+  for (const char* body : {"{\"max_tokens\": 1e999}", "{\"temperature\": NaN}"}) {
+    try {
+      ParseBody(body);
+      ADD_FAILURE() << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the request body"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_THROW(ParseBody("{\"a\": \"\\udfff\"}"), ApiError);
   EXPECT_THROW(ParseBody("{\"a\": \"\xC0\xAF\"}"), ApiError);  // overlong encoding
 }
