@@ -229,8 +229,9 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
       [this](int64_t v) {
         if (v < -1) Fail("--seed must be >= 0, or -1 for a random seed (got {})", v);
         decoding.seed = v == -1 ? std::random_device{}() : static_cast<uint64_t>(v);
+        decoding.random_seed = v == -1;
       },
-      fmt::format("{}sampling seed (-1: a random one)", d));
+      fmt::format("{}sampling seed (-1: a random one; serve: one per request)", d));
   cmd->add_option("--presence-penalty", decoding.presence,
                   fmt::format("{}presence penalty (clover_moe default 0.9)", d));
   cmd->add_option("--frequency-penalty", decoding.frequency, fmt::format("{}frequency penalty", d));

@@ -135,6 +135,9 @@ struct DecodeOverrides {
   std::optional<double> temperature, top_p, min_p, presence, frequency, repeat;
   std::optional<int> top_k;
   std::optional<uint64_t> seed;
+  /// --seed -1: `seed` holds a random value drawn at startup (one generation's seed in `run`),
+  /// and `serve` draws one per request instead, as llama-server does.
+  bool random_seed = false;
 
   /// `p` with these settings over it. Throws crossword::Error naming --mode on an unknown mode;
   /// the ranges are left to CheckDecodeRanges, so that a caller can check before a model's

@@ -310,7 +310,7 @@ void Server::Impl::Load() {
   defaults.reasoning_format = options.reasoning_format;
   defaults.kwargs = options.chat_template_kwargs;
   defaults.n_vocab = engine->tokenizer().n_vocab();
-  defaults.fixed_seed = options.decoding.seed.has_value();
+  defaults.fixed_seed = options.decoding.seed.has_value() && !options.decoding.random_seed;
   defaults.n_predict = options.n_predict;
   engine::SchedulerOptions so;
   so.n_slots = options.n_slots;

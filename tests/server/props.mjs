@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { check, get, run, sleep, startServer } from "./harness.mjs";
 
 const srv = await startServer(["-np", "2", "-c", "2048", "--mode", "diffusion", "--threshold", "0.9"]);
-const off = await startServer(["--no-slots", "--api-key", "sk-k"]);
+const off = await startServer(["--no-slots", "--api-key", "sk-k", "--seed", "-1"]);
 
 check("/props: llama-server's fields with crossword's defaults", async () => {
   const { status, body } = await get(srv.base, "/props");
@@ -116,7 +116,7 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
   assert.equal(sp.ignore_eos, true);
 });
 
-check("--no-slots: /slots is a 501; /props says so; both need the key", async () => {
+check("--no-slots: /slots is a 501; /props says so; both need the key; --seed -1", async () => {
   const h = { authorization: "Bearer sk-k" };
   assert.equal((await get(off.base, "/slots")).status, 401);
   assert.equal((await get(off.base, "/props")).status, 401);
@@ -126,6 +126,8 @@ check("--no-slots: /slots is a 501; /props says so; both need the key", async ()
   const p = await get(off.base, "/props", h);
   assert.equal(p.status, 200);
   assert.equal(p.body.endpoint_slots, false);
+  // --seed -1, as llama-server: a random seed per request, shown as its random-seed value.
+  assert.equal(p.body.default_generation_settings.params.seed, 4294967295);
 });
 
 await run([srv, off]);
