@@ -236,6 +236,9 @@ TEST(JsonGate, DepthIsCountedOutsideStringsOnly) {
   const JsonLimits lim{.max_depth = 3, .max_members = 100};
   EXPECT_EQ(JsonLimitError(R"({"a": [[1]]})", lim), std::nullopt);
   EXPECT_EQ(JsonLimitError(R"("[[[[[[")", lim), std::nullopt);
+  EXPECT_EQ(JsonParserMessage("[json.exception.parse_error.101] parse error at line 1"),
+            "parse error at line 1");
+  EXPECT_EQ(JsonParserMessage("no tag here"), "no tag here");
   EXPECT_EQ(JsonLimitError(R"({"a\"[[[[": {"b": []}})", lim), std::nullopt);  // escaped quote
   EXPECT_EQ(JsonLimitError(R"([[], [], [[]]])", lim), std::nullopt);          // siblings
   const auto e = JsonLimitError(R"({"a": [[[1]]]})", lim);

@@ -49,4 +49,13 @@ std::optional<std::string> JsonLimitError(std::string_view text, const JsonLimit
   return std::nullopt;
 }
 
+std::string JsonParserMessage(std::string_view what) {
+  if (what.starts_with("[json.exception.")) {
+    if (const size_t end = what.find("] "); end != std::string_view::npos) {
+      what.remove_prefix(end + 2);
+    }
+  }
+  return std::string(what);
+}
+
 }  // namespace crossword

@@ -28,4 +28,8 @@ struct JsonLimits {
 /// brackets inside strings do not count. O(n) time, O(1) memory.
 std::optional<std::string> JsonLimitError(std::string_view text, const JsonLimits& limits = {});
 
+/// A JSON parser's error message for a client: nlohmann's exception tag
+/// ("[json.exception.parse_error.101] ") removed, the rest (where the text broke and why) kept.
+std::string JsonParserMessage(std::string_view what);
+
 }  // namespace crossword

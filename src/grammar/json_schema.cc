@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "base/json_gate.h"
 #include "base/utf8.h"
 #include "grammar/json_internal.h"
 #include "grammar/json_merge.h"
@@ -671,7 +672,7 @@ std::string JsonSchemaToGbnf(std::string_view text, const JsonSchemaOptions& opt
   try {
     schema = Json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    FailGrammar(ErrorKind::kSyntax, "json schema: not valid JSON: {}", e.what());
+    FailGrammar(ErrorKind::kSyntax, "json schema: not valid JSON: {}", JsonParserMessage(e.what()));
   }
   return JsonSchemaToGbnf(schema, options);
 }

@@ -193,23 +193,23 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
 #else
       for (int j = 0; j < nk; ++j) s[j] = Dot(q(i), kf(j), Dp);
 #endif
+      // Lanes of the scores from s + j that hold one of the nk keys this query attends to.
+      const auto valid = [&](int j) {
+        return hn::Lt(hn::Iota(d, static_cast<float>(j)), hn::Set(d, static_cast<float>(nk)));
+      };
       // The chunk's largest score: a vector maximum over the valid keys (a maximum is exact, so
       // the same value as a scalar loop; the scalar loop was a chain of nk dependent steps).
       float cmax = -INFINITY;
       for (int j = 0; j < nk; j += static_cast<int>(N)) {
-        const auto valid =
-            hn::Lt(hn::Iota(d, static_cast<float>(j)), hn::Set(d, static_cast<float>(nk)));
-        const auto v = hn::IfThenElse(valid, hn::Load(d, s + j), hn::Set(d, -INFINITY));
+        const auto v = hn::IfThenElse(valid(j), hn::Load(d, s + j), hn::Set(d, -INFINITY));
         cmax = std::max(cmax, hn::GetLane(hn::MaxOfLanes(d, v)));
       }
       const float m_new = std::max(m[i], cmax);
       const float corr = std::exp(m[i] - m_new);  // 0 on the first chunk (m = -inf)
       float psum = 0.0f;
       for (int j = 0; j < kKeyChunk; j += static_cast<int>(N)) {
-        auto e = hn::Exp(d, hn::Sub(hn::Load(d, s + j), hn::Set(d, m_new)));
-        const auto valid =
-            hn::Lt(hn::Iota(d, static_cast<float>(j)), hn::Set(d, static_cast<float>(nk)));
-        e = hn::IfThenElseZero(valid, e);
+        const auto e = hn::IfThenElseZero(
+            valid(j), hn::Exp(d, hn::Sub(hn::Load(d, s + j), hn::Set(d, m_new))));
         hn::Store(e, d, s + j);
         psum += hn::GetLane(hn::SumOfLanes(d, e));
       }

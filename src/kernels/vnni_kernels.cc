@@ -684,9 +684,12 @@ CW_VNNI int32_t DpbusdChains(int64_t rounds) {
   CW_UNROLL for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
   const __m512i w = _mm512_set1_epi8(3), x = _mm512_set1_epi8(5);
   for (int64_t n = 0; n < rounds; ++n) {
-    CW_UNROLL for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], w, x);
-    // Keeps the chains in registers and every round in the program (no folding across rounds).
-    asm volatile("" : "+v"(acc[0]), "+v"(acc[kChains - 1]));
+    CW_UNROLL for (int i = 0; i < kChains; ++i) {
+      acc[i] = _mm512_dpbusd_epi32(acc[i], w, x);
+      // An empty statement that may change acc[i]: every chain's rounds stay in the program (the
+      // compiler cannot fold a chain of constant products across rounds) and in a register.
+      asm volatile("" : "+v"(acc[i]));
+    }
   }
   __m512i sum = acc[0];
   CW_UNROLL for (int i = 1; i < kChains; ++i) sum = _mm512_add_epi32(sum, acc[i]);

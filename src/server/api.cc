@@ -55,18 +55,6 @@ json ErrorJson(const ApiError& e, ErrorShape shape) {
   return {{"error", err}};
 }
 
-namespace {
-// The parser's message without its library tag ("[json.exception.parse_error.101] "): the
-// client reads where the body broke, not which exception class reported it.
-std::string ParserMessage(const char* what) {
-  std::string_view m(what);
-  if (m.starts_with("[json.exception.")) {
-    if (const size_t end = m.find("] "); end != std::string_view::npos) m.remove_prefix(end + 2);
-  }
-  return std::string(m);
-}
-}  // namespace
-
 json ParseBody(std::string_view body) {
   if (body.empty()) BadRequest("", "the request body is empty; send a JSON object");
   // The gate runs before the parser builds anything: no copy, merge or walk below ever sees a
@@ -77,10 +65,10 @@ json ParseBody(std::string_view body) {
     j = json::parse(body.begin(), body.end());
   } catch (const json::parse_error& e) {
     // nlohmann rejects ill-formed UTF-8 and unpaired surrogate escapes as parse errors too.
-    BadRequest("", "the request body is not valid JSON (UTF-8): " + ParserMessage(e.what()));
+    BadRequest("", "the request body is not valid JSON (UTF-8): " + JsonParserMessage(e.what()));
   } catch (const json::out_of_range& e) {
     // A number beyond double's range (1e999) is a bad request like any other, not a 500.
-    BadRequest("", "the request body has a number out of range: " + ParserMessage(e.what()));
+    BadRequest("", "the request body has a number out of range: " + JsonParserMessage(e.what()));
   }
   if (!j.is_object()) BadRequest("", "the request body must be a JSON object");
   return j;

@@ -4,8 +4,6 @@
 // llama-server's tools/server README; fields crossword has no equivalent for are left out.
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
-#include <string>
 
 #include "server/server_impl.h"
 #include "tokenizer/utf8.h"
@@ -20,8 +18,10 @@ namespace {
 // the 0.949999988079071 that widening it to a double would print).
 double FloatJson(float v) {
   char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+  const char* end = std::to_chars(buf, buf + sizeof(buf), v).ptr;
+  double d = v;
+  std::from_chars(buf, end, d);
+  return d;
 }
 
 }  // namespace
