@@ -207,6 +207,8 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   seq_row0_.assign(options.max_seqs, 0);
   seq_more_ok_.assign(options.max_seqs, 0);
   head_y_rows_.assign(static_cast<size_t>(logit_rows), 0);
+  out_row_.assign(static_cast<size_t>(T), -1);
+  keep_src_.assign(static_cast<size_t>(T), 0);
   anchor_row_.assign(static_cast<size_t>(T), -1);
   anchor_n_.assign(static_cast<size_t>(T), 0);
 }
@@ -328,6 +330,8 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     }
   }
   ctx.mutable_counters() = model::PassCounters{};
+  for (int64_t t = 0; t < total; ++t)
+    ctx.out_row_[static_cast<size_t>(t)] = static_cast<int32_t>(t);
 
   const int64_t E = hp_.n_embd;
   // Named intermediates (docs/model.md, "Named intermediates"): [total][E] unless stated.
@@ -352,22 +356,28 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   constexpr int64_t kMinRowsPerBlock = 8;
   bool anchors = false;
   for (const SequenceInput& in : seqs) anchors |= in.expert_anchor_rows > 0;
-  const int64_t n_blocks =
-      observer || anchors ? 1 : std::clamp<int64_t>(total / kMinRowsPerBlock, 1, row_parts_);
-  // Block p takes rows [bound[p], bound[p + 1]). Two blocks share the rows in inverse
+  int64_t n_blocks = 1;
+  // Block p takes rows [bound[p], bound[p + 1]) of the `rows` a row phase runs (every row of
+  // the pass; the last layer's kept rows). Two blocks share the rows in inverse
   // proportion to their measured time per row (RowScratch::cost; within [1/4, 3/4] of the rows):
   // the worker's block reads rows the calling thread wrote in the parts that mix rows, which
   // takes longer when the two cores share no cache, so equal blocks would wait for it. More
   // blocks split evenly. Any partition gives the same bits.
   std::array<int64_t, kMaxRowParts + 1> bound{};
-  for (int64_t p = 0; p <= n_blocks; ++p) bound[p] = p * total / n_blocks;
-  if (n_blocks == 2 && ctx.parts_[0].cost > 0.0 && ctx.parts_[1].cost > 0.0) {
-    const double share0 = ctx.parts_[1].cost / (ctx.parts_[0].cost + ctx.parts_[1].cost);
-    bound[1] = std::clamp<int64_t>(std::llround(share0 * static_cast<double>(total)), total / 4,
-                                   total - total / 4);
-  }
+  auto split_rows = [&](int64_t rows) {
+    n_blocks =
+        observer || anchors ? 1 : std::clamp<int64_t>(rows / kMinRowsPerBlock, 1, row_parts_);
+    for (int64_t p = 0; p <= n_blocks; ++p) bound[p] = p * rows / n_blocks;
+    if (n_blocks == 2 && ctx.parts_[0].cost > 0.0 && ctx.parts_[1].cost > 0.0) {
+      const double share0 = ctx.parts_[1].cost / (ctx.parts_[0].cost + ctx.parts_[1].cost);
+      bound[1] = std::clamp<int64_t>(std::llround(share0 * static_cast<double>(rows)), rows / 4,
+                                     rows - rows / 4);
+    }
+  };
+  split_rows(total);
   auto rows_phase = [&](auto&& fn) {
-    if (n_blocks == 1) return fn(int64_t{0}, total, ctx.parts_[0]);
+    const int64_t rows = bound[n_blocks];
+    if (n_blocks == 1) return fn(int64_t{0}, rows, ctx.parts_[0]);
     pool_->RunOnEachThread([&](int p) {
       if (p >= n_blocks) return;
       RowScratch& s = ctx.parts_[static_cast<size_t>(p)];
@@ -422,6 +432,16 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     } else {
       AttentionCore(il, layer_slot_[il], lp, lsp, ctx);
     }
+    // The last layer: only the rows whose output is read (KeepOutputRows), moved to the front.
+    // Not with an observer (it sees whole tensors) or expert anchors (anchor rows' routing).
+    if (il + 1 == hp_.n_layer && !observer && !anchors) {
+      const int64_t kept = KeepOutputRows(il, seqs, sp, ctx);
+      if (kept < total) split_rows(kept);
+      if (kept == 0) {  // no row's output is read (a prefill chunk): no MoE ran
+        ++ctx.mutable_counters().moe_layers;
+        continue;
+      }
+    }
     rows_phase([&](int64_t r0, int64_t n, RowScratch& s) {
       layer_out(il, r0, n, s);
       if (il + 1 < hp_.n_layer) layer_in(il + 1, r0, n, s);
@@ -448,6 +468,40 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   }
 }
 
+// Whether MoreLogits may compute rows of sequence `in` after its pass: a causal pass with every
+// logit row (a chunked verify reads its first rows, then asks for the rest).
+static bool MoreLogitsAllowed(const SequenceInput& in) {
+  return in.logits == LogitRows::kAll && in.denoise_tail == 0 && in.kind == PassKind::kCausal;
+}
+
+int64_t CpuExecutor::KeepOutputRows(int il, std::span<const SequenceInput> seqs,
+                                    std::span<const SeqSpan> spans, CpuContext& ctx) const {
+  int32_t* out_row = ctx.out_row_.data();
+  int32_t* src = ctx.keep_src_.data();
+  int64_t m = 0, total = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SequenceInput& in = seqs[s];
+    const SeqSpan& span = spans[s];
+    total += span.T;
+    const std::span<const uint8_t> need = in.need_rows;
+    for (int64_t t = 0; t < span.T; ++t) {
+      bool keep = true;  // kAll without need_rows, or MoreLogits may ask for the row
+      if (in.logits == LogitRows::kNone) {
+        keep = false;
+      } else if (in.logits == LogitRows::kLast) {
+        keep = t == span.T - 1;
+      } else if (!need.empty() && !MoreLogitsAllowed(in)) {
+        keep = need[static_cast<size_t>(t)] != 0;
+      }
+      const int64_t row = span.row0 + t;
+      out_row[row] = keep ? static_cast<int32_t>(m) : -1;
+      if (keep) src[m++] = static_cast<int32_t>(row);
+    }
+  }
+  if (m < total) CompactOutInputs(il, m, ctx);
+  return m;
+}
+
 void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
                          CpuContext& ctx) const {
   const int64_t E = hp_.n_embd;
@@ -466,13 +520,14 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
       first = span.T - 1;
       count = 1;
     }
-    ctx.seq_row0_[s] = span.row0;
-    ctx.seq_more_ok_[s] = seqs[s].logits == LogitRows::kAll && seqs[s].denoise_tail == 0;
+    // KeepOutputRows keeps every row of such a sequence, in order: its rows start at out_row_.
+    ctx.seq_more_ok_[s] = MoreLogitsAllowed(seqs[s]);
+    ctx.seq_row0_[s] = ctx.seq_more_ok_[s] ? ctx.out_row_[static_cast<size_t>(span.row0)] : -1;
     const std::span<const uint8_t> need = seqs[s].need_rows;
     for (int64_t i = 0; i < count; ++i) {
       if (!need.empty() && !need[static_cast<size_t>(first + i)]) continue;
-      kernels::RmsNorm(x + (span.row0 + first + i) * E, w_.output_norm.data(), outh + h * E, E,
-                       hp_.rms_eps);
+      const int32_t row = ctx.out_row_[static_cast<size_t>(span.row0 + first + i)];
+      kernels::RmsNorm(x + row * E, w_.output_norm.data(), outh + h * E, E, hp_.rms_eps);
       y_rows[h++] = static_cast<int32_t>(n + i);
     }
     ctx.seq_logit_count_[s] = count;

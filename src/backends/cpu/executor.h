@@ -85,6 +85,9 @@ class CpuContext final : public model::ForwardContext {
   std::vector<int64_t> seq_row0_;
   std::vector<uint8_t> seq_more_ok_;
   std::vector<int32_t> head_y_rows_;  // Output: logit row of each computed head row
+  // The last layer's kept rows (CpuExecutor::KeepOutputRows): out_row_[batch row] is the row
+  // that holds its final residual (-1: not computed), keep_src_[j] the batch row moved to row j.
+  std::vector<int32_t> out_row_, keep_src_;
   // MoE routing with expert_anchor_rows: per batch row, the first anchor row and the number of
   // anchor rows of its sequence (anchor_row_ -1: the row routes freely).
   std::vector<int32_t> anchor_row_, anchor_n_;
@@ -190,6 +193,17 @@ class CpuExecutor final : public model::Executor {
   void AttentionOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
   // The MoE block of rows [r0, r0 + n) into block_out; s.used marks the experts they selected.
   void MoeLayer(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
+  // The last layer's Out part and MoE run only on the rows whose final residual is read: rows
+  // that get a logit row in this pass, and every row of a sequence whose further rows MoreLogits
+  // may still compute (kAll, causal, no fused tail). The other rows' last-layer output feeds
+  // nothing: the layer's Core already wrote their K/V and GDN state, and the Out part and the MoE
+  // touch each row alone. Moves the kept rows' residual and Out inputs to rows [0, m) in order
+  // (CompactOutInputs), fills out_row_ / keep_src_, and returns m. Same bits for every logit.
+  int64_t KeepOutputRows(int il, std::span<const model::SequenceInput> seqs,
+                         std::span<const SeqSpan> spans, CpuContext& ctx) const;
+  // Moves row keep_src_[j] to row j, j < m (keep_src_ ascending, so a forward copy is safe), in
+  // the buffers layer il's Out part reads: GDN o and z, or attention's output and gated q.
+  void CompactOutInputs(int il, int64_t m, CpuContext& ctx) const;
   void Output(std::span<const model::SequenceInput> seqs, std::span<const SeqSpan> spans,
               CpuContext& ctx) const;
   // The output head over `h` rows already normed into output_normed: logits into their logit

@@ -259,6 +259,93 @@ TEST(CpuExecutor, NeedRowsComputeOnlyThoseRowsWithTheSameBits) {
   EXPECT_THROW(r.exec->Forward({&in, 1}, *r.ctx), Error);
 }
 
+// An observer that wants nothing: a pass with it computes the last layer for every row (the
+// executor keeps whole tensors for observers), the reference for KeepOutputRows below.
+class NoTensors final : public ForwardObserver {
+ public:
+  bool Wants(std::string_view, int) const override { return false; }
+  void OnTensor(const TensorView&) override {}
+};
+
+// The last layer runs only on rows whose output is read (CpuExecutor::KeepOutputRows). In one
+// batch, on both row splits: a kLast pass, a denoise pass with scattered need_rows, a fused
+// commit + denoise pass, and a chunked verify (every row kept, for MoreLogits) give the bits of the
+// same batch with every row computed; the states after them too (the next pass's logits); a kNone
+// prefill leaves the state a kAll one does; and the kLast pass reads fewer experts.
+TEST(CpuExecutor, TheLastLayerRunsOnlyOnRowsWhoseOutputIsRead) {
+  for (const auto split : {CpuOptions::RowSplit::kRows, CpuOptions::RowSplit::kColumns}) {
+    Runner r(Synth("off.gguf", "clover_moe", "official"), 4, split);
+    const Hparams& hp = r.model->hparams();
+    const int64_t V = r.n_vocab();
+    const auto prompt = RandomTokens(19, 50, 1500);
+    const auto block = RandomTokens(40, 51, 1500);
+    std::vector<int32_t> fused(block.begin(), block.begin() + 20);
+    fused.push_back(block[20]);
+    fused.resize(32, block[39]);  // the tail's masks (any token: the bits are what is compared)
+    uint8_t scattered[40] = {}, tail[32] = {}, first5[40] = {};
+    for (int i = 0; i < 40; ++i) scattered[i] = (i * 7) % 5 == 1;
+    for (int i = 19; i < 32; ++i) tail[i] = 1;
+    for (int i = 0; i < 5; ++i) first5[i] = 1;
+    std::vector<std::vector<float>> got[2];
+    std::vector<float> next[2];
+    int64_t experts_last[2] = {};
+    for (int full = 0; full < 2; ++full) {
+      NoTensors none;
+      ForwardObserver* observer = full ? &none : nullptr;
+      std::unique_ptr<SequenceState> st[4];
+      for (auto& s : st) {
+        s = r.State();
+        r.Run(*s, prompt);
+      }
+      SequenceInput ins[4] = {{st[0].get(), block, PassKind::kCausal, LogitRows::kLast},
+                              {st[1].get(), block, PassKind::kDenoise, LogitRows::kAll},
+                              {st[2].get(), fused, PassKind::kCausal, LogitRows::kAll},
+                              {st[3].get(), block, PassKind::kCausal, LogitRows::kAll}};
+      ins[1].need_rows = scattered;
+      ins[2].need_rows = tail;
+      ins[2].denoise_tail = 12;
+      ins[3].need_rows = first5;
+      r.exec->Forward(ins, *r.ctx, observer);
+      r.exec->MoreLogits(*r.ctx, 3, 5, 40);
+      for (int s = 0; s < 4; ++s) {
+        const auto l = r.ctx->logits(s);
+        got[full].emplace_back(l.begin(), l.end());
+      }
+      // The states the batch left: one AR step of each sequence.
+      for (auto& s : st) {
+        const auto l = r.Run(*s, std::span(block).first(1), PassKind::kCausal, LogitRows::kLast);
+        next[full].insert(next[full].end(), l.begin(), l.end());
+      }
+      auto alone = r.State();
+      r.Run(*alone, prompt);
+      SequenceInput last{alone.get(), block, PassKind::kCausal, LogitRows::kLast};
+      r.exec->Forward({&last, 1}, *r.ctx, observer);
+      experts_last[full] = r.ctx->experts_used();
+    }
+    const uint8_t* need[4] = {nullptr, scattered, tail, nullptr};
+    for (int s = 0; s < 4; ++s) {
+      ASSERT_EQ(got[0][s].size(), got[1][s].size()) << s;
+      const int64_t rows = static_cast<int64_t>(got[0][s].size()) / V;
+      for (int64_t i = 0; i < rows; ++i) {
+        if (need[s] && !need[s][i]) continue;
+        for (int64_t v = 0; v < V; ++v)
+          ASSERT_EQ(got[0][s][i * V + v], got[1][s][i * V + v]) << "seq " << s << " row " << i;
+      }
+    }
+    ASSERT_EQ(next[0], next[1]);
+    // 40 rows of a random router select more experts in the last layer than one row does.
+    EXPECT_LT(experts_last[0], experts_last[1]);
+    EXPECT_GE(experts_last[0], experts_last[1] - (hp.n_expert - hp.n_expert_used));
+    // A prefill chunk without logits (kNone: no row kept) leaves the state a kAll pass does.
+    auto a = r.State(), b = r.State();
+    r.Run(*a, prompt, PassKind::kCausal, LogitRows::kNone);
+    r.Run(*b, prompt, PassKind::kCausal, LogitRows::kAll);
+    EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
+    EXPECT_EQ(r.Run(*a, block, PassKind::kCausal, LogitRows::kAll),
+              r.Run(*b, block, PassKind::kCausal, LogitRows::kAll));
+  }
+}
+
 // MoreLogits (a chunked verify pass): rows a causal pass skipped through need_rows, computed after
 // it, get the bits the pass would have given them, for either sequence of a batch; the state is
 // not touched; bad calls throw.
