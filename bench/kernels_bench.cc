@@ -182,6 +182,9 @@ BENCHMARK(BM_MatMul)
     ->ArgsProduct({{3, 6}, {8, 32}, {2048}, {512}, {1}, {1}})
     ->ArgsProduct({{6}, {8, 32}, {2048}, {1024}, {2}, {1}})
     ->ArgsProduct({{6}, {8}, {2048}, {248320}, {1}, {1}})
+    // The embedded model's products (Q8_0, 128 inputs: 4 blocks per dot product): a layer's
+    // 128 -> 128 (a row block's 16 rows, a pass's 32) and its head 128 -> 4096, one thread.
+    ->ArgsProduct({{3}, {16, 32}, {128}, {128, 4096}, {1}, {1}})
     ->ArgNames({"type", "rows", "n_in", "n_out", "threads", "packed"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
@@ -283,12 +286,13 @@ BENCHMARK(BM_MoeExperts)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
-// Gated delta rule at Clover widths (16 k-heads, 32 v-heads, 128 x 128 state per head).
+// Gated delta rule at Clover widths (16 k-heads, 32 v-heads, 128 x 128 state per head), or at
+// the embedded model's (2 k-heads, 4 v-heads, 32 x 32) with `small`.
 // Args: T, mode (1 recurrent, 2 chunked), threads.
-void BM_GatedDeltaRule(benchmark::State& state) {
+void GatedDeltaRuleAt(benchmark::State& state, bool small) {
   const int64_t T = state.range(0);
-  const int nk = 16, nv = 32;
-  const int64_t dk = 128, dv = 128;
+  const int nk = small ? 2 : 16, nv = small ? 4 : 32;
+  const int64_t dk = small ? 32 : 128, dv = dk;
   auto q = MakeActs(T * nk * dk), k = MakeActs(T * nk * dk), v = MakeActs(T * nv * dv);
   for (auto* x : {&q, &k}) {
     for (int64_t r = 0; r < T * nk; ++r) L2Norm(x->data() + r * dk, dk, 1e-6f);
@@ -321,11 +325,18 @@ void BM_GatedDeltaRule(benchmark::State& state) {
   state.counters["tok/s"] =
       benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_GatedDeltaRule(benchmark::State& state) { GatedDeltaRuleAt(state, false); }
 BENCHMARK(BM_GatedDeltaRule)
     ->ArgsProduct({{1, 64, 512}, {1, 2}, {2}})
     ->ArgNames({"T", "mode", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+void BM_GatedDeltaRuleEmbedded(benchmark::State& state) { GatedDeltaRuleAt(state, true); }
+BENCHMARK(BM_GatedDeltaRuleEmbedded)
+    ->ArgsProduct({{1, 32}, {1}, {1}})
+    ->ArgNames({"T", "mode", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Attention at Clover widths (16 q heads interleaved with gates, 2 kv heads, head_dim 256, F16
 // cache). Args: T, n_past, threads. T = 1 is a decode step; T = 512, n_past = 0 a prompt.

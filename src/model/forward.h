@@ -305,14 +305,15 @@ class Executor {
                        ForwardObserver* observer = nullptr) const = 0;
 
   /// After a Forward on `ctx`: computes the logits of rows [begin, end) of sequence `s` of that
-  /// pass (LogitRows::kAll), rows the pass skipped through need_rows, from the final hidden
+  /// pass (a causal kAll pass), rows the pass skipped through need_rows, from the final hidden
   /// states the context kept; they land where the pass would have put them (ctx.logits(s) row i
   /// at i * n_vocab) and count as head rows. Valid until the next Forward on ctx; the states are
   /// not touched. A spec verify pass computes its logit rows in chunks this way and stops at the
   /// first rejected draft (docs/decoding.md, "Fewer head rows"). Throws crossword::Error when the
   /// executor cannot (computes_more_logits() false), for a context of another executor, a
-  /// sequence outside the last pass, a pass without kAll or a fused tail, or a row range outside
-  /// [0, T).
+  /// sequence outside the last pass, a denoise pass, a pass without kAll or with a fused tail,
+  /// or a row range outside [0, T). (Of the other passes an executor may skip the last layer's
+  /// rows that get no logits: CpuExecutor::KeepOutputRows.)
   virtual void MoreLogits(ForwardContext& ctx, int s, int64_t begin, int64_t end) const;
 };
 

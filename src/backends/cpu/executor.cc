@@ -564,7 +564,10 @@ void CpuExecutor::MoreLogits(model::ForwardContext& base_ctx, int s, int64_t beg
     Fail("MoreLogits: no sequence {} with logit rows in the last pass", s);
   }
   if (!ctx.seq_more_ok_[s]) {
-    Fail("MoreLogits: sequence {} of the last pass had no LogitRows::kAll or had a fused tail", s);
+    Fail(
+        "MoreLogits: sequence {} of the last pass was not a causal LogitRows::kAll pass without "
+        "a fused tail",
+        s);
   }
   const int64_t count = ctx.seq_logit_count_[s];
   if (begin < 0 || begin >= end || end > count) {

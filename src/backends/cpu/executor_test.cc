@@ -307,6 +307,9 @@ TEST(CpuExecutor, TheLastLayerRunsOnlyOnRowsWhoseOutputIsRead) {
       ins[3].need_rows = first5;
       r.exec->Forward(ins, *r.ctx, observer);
       r.exec->MoreLogits(*r.ctx, 3, 5, 40);
+      // Not for a denoise pass or a fused one: their skipped rows have no final hidden state.
+      EXPECT_THROW(r.exec->MoreLogits(*r.ctx, 1, 0, 1), Error);
+      EXPECT_THROW(r.exec->MoreLogits(*r.ctx, 2, 0, 1), Error);
       for (int s = 0; s < 4; ++s) {
         const auto l = r.ctx->logits(s);
         got[full].emplace_back(l.begin(), l.end());
