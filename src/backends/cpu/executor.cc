@@ -30,6 +30,12 @@ std::string_view NoMappingReason(const gguf::File& f) {
   if (f.is_locked()) return "the model is locked in memory (--mlock)";
   return "";
 }
+
+// Whether MoreLogits may compute rows of sequence `in` after its pass: a causal pass with every
+// logit row (a chunked verify reads its first rows, then asks for the rest).
+bool MoreLogitsAllowed(const SequenceInput& in) {
+  return in.logits == LogitRows::kAll && in.denoise_tail == 0 && in.kind == PassKind::kCausal;
+}
 }  // namespace
 
 CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOptions& options)
@@ -466,12 +472,6 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     if (seqs[s].kind == PassKind::kCausal)
       seqs[s].state->Advance(sp[s].T - seqs[s].denoise_tail, seqs[s].record);
   }
-}
-
-// Whether MoreLogits may compute rows of sequence `in` after its pass: a causal pass with every
-// logit row (a chunked verify reads its first rows, then asks for the rest).
-static bool MoreLogitsAllowed(const SequenceInput& in) {
-  return in.logits == LogitRows::kAll && in.denoise_tail == 0 && in.kind == PassKind::kCausal;
 }
 
 int64_t CpuExecutor::KeepOutputRows(int il, std::span<const SequenceInput> seqs,
