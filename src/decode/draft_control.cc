@@ -18,9 +18,9 @@ double DraftControl::Cost(int64_t rows) const {
   // drafting look cheap stops the one-row passes that would correct it. Of one or two passes
   // (no middle to trust) the faster: an interruption only ever slows a pass.
   const auto median = [this](int64_t t) {
-    std::array<double, kSamples> v{};
     const int n = count_[t];
     if (n <= 2) return n == 1 ? samples_[t][0] : std::min(samples_[t][0], samples_[t][1]);
+    std::array<double, kSamples> v{};
     std::copy_n(samples_[t].begin(), n, v.begin());
     std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
     const double hi = v[n / 2];

@@ -36,6 +36,20 @@ std::string_view NoMappingReason(const gguf::File& f) {
 bool MoreLogitsAllowed(const SequenceInput& in) {
   return in.logits == LogitRows::kAll && in.denoise_tail == 0 && in.kind == PassKind::kCausal;
 }
+
+// Whether token t of sequence `in` (T tokens) gets a head row in its pass: its logit rows
+// (LogitRows), less the rows need_rows leaves out.
+bool HeadRow(const SequenceInput& in, int64_t t, int64_t T) {
+  switch (in.logits) {
+    case LogitRows::kNone:
+      return false;
+    case LogitRows::kLast:
+      return t == T - 1;
+    case LogitRows::kAll:
+      return in.need_rows.empty() || in.need_rows[static_cast<size_t>(t)] != 0;
+  }
+  return false;
+}
 }  // namespace
 
 CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOptions& options)
@@ -483,16 +497,9 @@ int64_t CpuExecutor::KeepOutputRows(int il, std::span<const SequenceInput> seqs,
     const SequenceInput& in = seqs[s];
     const SeqSpan& span = spans[s];
     total += span.T;
-    const std::span<const uint8_t> need = in.need_rows;
+    const bool more = MoreLogitsAllowed(in);
     for (int64_t t = 0; t < span.T; ++t) {
-      bool keep = true;  // kAll without need_rows, or MoreLogits may ask for the row
-      if (in.logits == LogitRows::kNone) {
-        keep = false;
-      } else if (in.logits == LogitRows::kLast) {
-        keep = t == span.T - 1;
-      } else if (!need.empty() && !MoreLogitsAllowed(in)) {
-        keep = need[static_cast<size_t>(t)] != 0;
-      }
+      const bool keep = more || HeadRow(in, t, span.T);
       const int64_t row = span.row0 + t;
       out_row[row] = keep ? static_cast<int32_t>(m) : -1;
       if (keep) src[m++] = static_cast<int32_t>(row);
@@ -523,9 +530,8 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
     // KeepOutputRows keeps every row of such a sequence, in order: its rows start at out_row_.
     ctx.seq_more_ok_[s] = MoreLogitsAllowed(seqs[s]);
     ctx.seq_row0_[s] = ctx.seq_more_ok_[s] ? ctx.out_row_[static_cast<size_t>(span.row0)] : -1;
-    const std::span<const uint8_t> need = seqs[s].need_rows;
     for (int64_t i = 0; i < count; ++i) {
-      if (!need.empty() && !need[static_cast<size_t>(first + i)]) continue;
+      if (!HeadRow(seqs[s], first + i, span.T)) continue;
       const int32_t row = ctx.out_row_[static_cast<size_t>(span.row0 + first + i)];
       kernels::RmsNorm(x + row * E, w_.output_norm.data(), outh + h * E, E, hp_.rms_eps);
       y_rows[h++] = static_cast<int32_t>(n + i);
