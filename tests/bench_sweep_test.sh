@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `crossword bench --sweep -o json` (issue 18's instrument) on the embedded model: every pass row
 # has a positive median, the AR row is the unit of "x AR step", and on the CPU executor each row
-# carries the experts and head rows it used and its floors; with --device vulkan (lavapipe in
+# carries the experts, head rows and last-layer rows it used and its floors; with --device vulkan (lavapipe in
 # make test) the floors, which are the host CPU's, are null, not numbers that would pass for the
 # device's. Usage: bench_sweep_test.sh CROSSWORD_BINARY [vulkan]
 set -euo pipefail
@@ -30,6 +30,9 @@ for r in rows:
     if device == "cpu":
         assert r["experts_per_layer"] > 0 and r["x_floor"] > 0, r
         assert r["head_rows"] == {"ar step": 1, "verify4": 4, "denoise4": 3}.get(r["test"], r["head_rows"]), r
+        # The last layer runs on the rows whose output is read: a verify's all, a commit's one.
+        want = {"ar step": 1, "verify4": 4, "denoise4": 3, "commit4": 1}.get(r["test"])
+        assert want is None or r["last_layer_rows"] == want, r
     else:
         assert r["x_floor"] is None and r["bytes_floor_ms"] is None, r
 print(f"ok: {len(rows)} rows on {device}")

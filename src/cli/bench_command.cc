@@ -385,9 +385,10 @@ void RegisterBenchCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag(
       "--sweep", flags->sweep,
-      "time AR-step, verify and denoise passes for each of --sweep-rows rows, each beside "
-      "its floor (bytes read / measured read bandwidth, multiply-adds / measured int8 "
-      "rate) and the distinct experts per layer it used");
+      "time AR-step, verify and denoise passes for each of --sweep-rows rows (and commit, "
+      "fused and mid-block denoise passes; docs/decoding.md, \"Instrument\"), each beside its "
+      "floor (bytes read / measured read bandwidth, multiply-adds / measured int8 peak) and "
+      "the distinct experts per layer it used");
   cmd->add_option("--sweep-rows", flags->sweep_rows, "rows T of the --sweep passes")
       ->delimiter(',')
       ->capture_default_str();

@@ -55,6 +55,9 @@ struct Shapes {
   double dense_bytes = 0, dense_params = 0;    // all layers
   double expert_bytes = 0, expert_params = 0;  // one expert (gate + up + down), mean per layer
   double head_bytes = 0, head_params = 0, embd_row_bytes = 0;
+  // Per row, the last layer's row-independent part after its conv/recurrence or attention:
+  // output projection, router, shared expert and k routed experts (what a skipped row saves).
+  double last_out_params = 0;
   int k = 0, moe_layers = 0;
 };
 
@@ -78,6 +81,14 @@ Shapes ShapesOf(const model::Model& m) {
   s.head_params = Params(w.output);
   s.embd_row_bytes = static_cast<double>(w.token_embd_row_bytes);
   s.k = m.hparams().n_expert_used;
+  if (!w.layers.empty()) {
+    const model::LayerWeights& L = w.layers.back();
+    s.last_out_params = Params(L.is_recurrent() ? L.ssm_out : L.attn_output) +
+                        Params(L.ffn_gate_inp) + Params(L.ffn_gate_shexp) + Params(L.ffn_up_shexp) +
+                        Params(L.ffn_down_shexp);
+    for (const model::ExpertTensor* e : L.ExpertStacks())
+      s.last_out_params += s.k * Params(e->first);
+  }
   return s;
 }
 
@@ -144,6 +155,7 @@ struct PassRow {
   double experts = 0;     // U per layer
   bool counted = false;   // the executor counted experts and head rows (the CPU's does)
   std::vector<double> ms;
+  int64_t last_rows = -1;  // rows of the last layer's row-independent part (-1: not counted)
 };
 
 }  // namespace
@@ -250,17 +262,17 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   std::vector<PassRow> rows;
   for (int64_t t : sweep_rows) {
     if (t == 1) {
-      rows.push_back({"ar step", 1, 1, 0, false, {}});
+      rows.push_back({"ar step", 1, 1, 0, false, {}, -1});
     } else {
       const std::string n = std::to_string(t);
-      rows.push_back({"verify" + n, t, t, 0, false, {}});
-      rows.push_back({"denoise" + n, t, t - 1, 0, false, {}});
+      rows.push_back({"verify" + n, t, t, 0, false, {}, -1});
+      rows.push_back({"denoise" + n, t, t - 1, 0, false, {}, -1});
       if (x.fuses_passes()) {
         // Diffusion's commit pass (its last row seeds the next block) and the fused pair of each
         // mode: head rows of the seed row and the whole tail, or of every row.
-        rows.push_back({"commit" + n, t, 1, 0, false, {}});
-        rows.push_back({"fused commit" + n + "+denoise" + n, 2 * t, t + 1, 0, false, {}});
-        rows.push_back({"fused verify" + n + "+draft" + n, 2 * t, 2 * t, 0, false, {}});
+        rows.push_back({"commit" + n, t, 1, 0, false, {}, -1});
+        rows.push_back({"fused commit" + n + "+denoise" + n, 2 * t, t + 1, 0, false, {}, -1});
+        rows.push_back({"fused verify" + n + "+draft" + n, 2 * t, 2 * t, 0, false, {}, -1});
       }
     }
   }
@@ -268,8 +280,8 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   // masked slots only (what decoding asks for) against every row (the head rows lever).
   if (max_t >= 4) {
     const std::string b = std::to_string(max_t);
-    rows.push_back({"denoise" + b + " half masked, all rows", max_t, max_t, 0, false, {}});
-    rows.push_back({"denoise" + b + " half masked", max_t, 0, 0, false, {}});
+    rows.push_back({"denoise" + b + " half masked, all rows", max_t, max_t, 0, false, {}, -1});
+    rows.push_back({"denoise" + b + " half masked", max_t, 0, 0, false, {}, -1});
   }
   std::vector<int32_t> half(masked);
   std::vector<uint8_t> half_need(half.size(), 0);
@@ -279,6 +291,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   auto note_counters = [&](PassRow& r) {
     r.experts = static_cast<double>(ctx.experts_used()) / std::max(1, ctx.moe_layers());
     r.head_rows = ctx.head_rows();
+    r.last_rows = ctx.last_layer_rows();
     r.counted = ctx.moe_layers() > 0 || ctx.head_rows() > 0;
   };
   auto timed = [&](model::SequenceInput& in, PassRow& r) {
@@ -385,8 +398,10 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     const double T = static_cast<double>(r.rows), R = static_cast<double>(r.head_rows);
     const double bytes = s.dense_bytes + r.experts * s.moe_layers * s.expert_bytes +
                          (R > 0 ? s.head_bytes : 0) + T * s.embd_row_bytes;
-    const double macs =
-        T * (s.dense_params + s.k * s.moe_layers * s.expert_params) + R * s.head_params;
+    // Rows the last layer skipped (their output feeds nothing) do not run its output part.
+    const double skipped = r.last_rows >= 0 ? T - static_cast<double>(r.last_rows) : 0;
+    const double macs = T * (s.dense_params + s.k * s.moe_layers * s.expert_params) -
+                        skipped * s.last_out_params + R * s.head_params;
     const double bytes_ms = bw > 0 ? 1e3 * bytes / (bw * 1e9) : 0;
     const double compute_ms = 1e3 * macs / roof;
     const double floor_ms = std::max(bytes_ms, compute_ms);
@@ -414,6 +429,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
       if (peak > 0) j["int8_peak_gmacs"] = peak / 1e9;
       if (r.counted) {
         j["head_rows"] = r.head_rows;
+        if (r.last_rows >= 0) j["last_layer_rows"] = r.last_rows;
         j["experts_per_layer"] = r.experts;
         j["bytes"] = bytes;
         j["multiply_adds"] = macs;

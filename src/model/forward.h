@@ -201,6 +201,10 @@ struct PassCounters {
   int64_t experts_used = 0;
   int moe_layers = 0;     ///< MoE layers counted; experts_used / moe_layers = U per layer
   int64_t head_rows = 0;  ///< output-head rows computed (fewer than the logit rows with need_rows)
+  /// Rows the last layer's row-independent part (output projection, MoE) ran on: the pass's
+  /// rows, or fewer where the executor skips rows whose output nothing reads
+  /// (CpuExecutor::KeepOutputRows). -1: not counted (the executor does not say).
+  int64_t last_layer_rows = -1;
 };
 
 /// Scratch memory of forward passes (activations, routing, logits), sized once by
@@ -226,6 +230,7 @@ class ForwardContext {
   int64_t experts_used() const { return counters_.experts_used; }
   int moe_layers() const { return counters_.moe_layers; }
   int64_t head_rows() const { return counters_.head_rows; }
+  int64_t last_layer_rows() const { return counters_.last_layer_rows; }
   /// For executors: the counters they fill during a pass.
   PassCounters& mutable_counters() { return counters_; }
 

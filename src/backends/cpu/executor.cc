@@ -454,8 +454,10 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     }
     // The last layer: only the rows whose output is read (KeepOutputRows), moved to the front.
     // Not with an observer (it sees whole tensors) or expert anchors (anchor rows' routing).
+    if (il + 1 == hp_.n_layer) ctx.mutable_counters().last_layer_rows = total;
     if (il + 1 == hp_.n_layer && !observer && !anchors) {
       const int64_t kept = KeepOutputRows(il, seqs, sp, ctx);
+      ctx.mutable_counters().last_layer_rows = kept;
       if (kept < total) split_rows(kept);
       if (kept == 0) {  // no row's output is read (a prefill chunk): no MoE ran
         ++ctx.mutable_counters().moe_layers;
