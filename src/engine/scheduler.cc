@@ -467,6 +467,9 @@ void Scheduler::Finish(Slot& slot, const std::string& error, bool client_error) 
   slot.gen.reset();
   slot.targets.clear();
   slot.last_used = ++use_clock_;
+  // The slot is idle before its caller hears the end: a scrape that follows the answer must not
+  // still count this request's context as held (the pass's own PublishKvUse comes after).
+  PublishKvUse();
   try {
     if (done->req.on_done) done->req.on_done(o);
   } catch (...) {
