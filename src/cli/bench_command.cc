@@ -179,7 +179,8 @@ void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>&
     }
     return;
   }
-  std::printf("| model | size | params | backend | threads | test | median | min | max | |\n");
+  std::printf(
+      "| model | size | params | backend | threads | test | median | min | max | notes |\n");
   std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
   for (const Row& r : rows) {
     const auto [lo, hi] = std::minmax_element(r.values.begin(), r.values.end());

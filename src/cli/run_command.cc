@@ -260,16 +260,21 @@ void Run(const RunFlags& f) {
                    static_cast<long long>(st.grammar_masks),
                    ms(st.grammar_seconds, st.grammar_masks));
     }
-    std::fprintf(
-        stderr,
-        "crossword: ms per pass: prefill %.2f, ar %.2f, denoise/draft %.2f, commit/verify %.2f\n",
-        ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
-        ms(st.denoise_seconds, st.denoise_passes), ms(st.commit_seconds, st.commit_passes));
+    // The two multi-row kinds by this run's mode: diffusion's denoise and commit passes, or spec's
+    // draft and verify passes (one mode per run, so the counters never mix them).
+    const bool spec = params.mode == decode::Mode::kSpec;
+    const char* first_kind = spec ? "draft" : "denoise";
+    const char* second_kind = spec ? "verify" : "commit";
+    std::fprintf(stderr, "crossword: ms per pass: prefill %.2f, ar %.2f, %s %.2f, %s %.2f\n",
+                 ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
+                 first_kind, ms(st.denoise_seconds, st.denoise_passes), second_kind,
+                 ms(st.commit_seconds, st.commit_passes));
     auto per = [](double sum, int64_t n) { return n > 0 ? sum / static_cast<double>(n) : 0.0; };
     std::fprintf(stderr,
-                 "crossword: distinct experts per MoE layer per pass (U): ar %.1f, denoise/draft "
-                 "%.1f, commit/verify %.1f (of %d, top-%d)\n",
-                 per(st.ar_experts, st.ar_passes), per(st.denoise_experts, st.denoise_passes),
+                 "crossword: distinct experts per MoE layer per pass (U): prefill %.1f, ar %.1f, "
+                 "%s %.1f, %s %.1f (of %d, top-%d)\n",
+                 per(st.prefill_experts, st.prefill_passes), per(st.ar_experts, st.ar_passes),
+                 first_kind, per(st.denoise_experts, st.denoise_passes), second_kind,
                  per(st.commit_experts, st.commit_passes), engine->model().hparams().n_expert,
                  engine->model().hparams().n_expert_used);
     if (params.mode == decode::Mode::kSpec) {

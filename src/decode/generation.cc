@@ -368,6 +368,9 @@ void Generation::AccountPass(double seconds) {
   const double u = pass_experts_;
   pass_experts_ = 0;
   switch (phase_) {
+    case Phase::kPrefill:
+      stats_.prefill_experts += u;
+      break;
     case Phase::kAr:
       stats_.ar_experts += u;
       break;

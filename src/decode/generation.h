@@ -165,7 +165,7 @@ struct DecodeStats {
   double first_token_seconds = 0;  ///< from Start() to the first emitted token
   /// Distinct routed experts per MoE layer summed over the passes of each kind (the expert union
   /// U; divide by the pass count), as reported with NotePassExperts.
-  double ar_experts = 0, denoise_experts = 0, commit_experts = 0;
+  double prefill_experts = 0, ar_experts = 0, denoise_experts = 0, commit_experts = 0;
   int64_t grammar_masks = 0;   ///< structured output: allowed-token masks computed
   double grammar_seconds = 0;  ///< ... and the time they took
   int64_t forward_passes() const { return ar_passes + denoise_passes + commit_passes; }

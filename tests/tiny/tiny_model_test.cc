@@ -189,6 +189,37 @@ TEST(TinyModel, FusedPassesChangeNoToken) {
               static_cast<long long>(hits));
 }
 
+// The distinct experts per MoE layer (U) that `run --stats` and the server report, by pass kind:
+// every kind that ran has a mean within [top-k, n_expert] in each MoE layer that ran rows (the
+// last layer of a prefill chunk without logits runs none and counts 0, so a prefill's mean may
+// sit just below top-k), and a kind that did not run has none. An AR step's one row reads exactly
+// top-k; the multi-row kinds read more.
+TEST(TinyModel, ExpertsPerLayerAreCountedForEveryPassKind) {
+  const json g = Golden();
+  const auto prompt = g["runs"][0]["prompt_ids"].get<std::vector<int32_t>>();
+  const auto& hp = TinyEngine().model().hparams();
+  const double k = hp.n_expert_used, e = hp.n_expert;
+  for (const char* mode : {"ar", "diffusion", "spec"}) {
+    SCOPED_TRACE(mode);
+    decode::DecodeStats st;
+    RunWithStats(prompt, Params(json{{"mode", mode}}, 64), st);
+    ASSERT_EQ(st.prefill_passes, 1);
+    const double prefill = st.prefill_experts;
+    EXPECT_GT(prefill, k * (hp.n_layer - 1) / hp.n_layer);
+    EXPECT_LE(prefill, e);
+    if (std::string(mode) == "ar") {
+      ASSERT_GT(st.ar_passes, 0);
+      EXPECT_DOUBLE_EQ(st.ar_experts / st.ar_passes, k);
+      EXPECT_EQ(st.denoise_experts + st.commit_experts, 0.0);
+    } else {
+      ASSERT_GT(st.denoise_passes, 0);
+      EXPECT_GT(st.denoise_experts / st.denoise_passes, k);
+      EXPECT_LE(st.denoise_experts / st.denoise_passes, e);
+      EXPECT_EQ(st.ar_experts, 0.0);
+    }
+  }
+}
+
 // Verify in chunks on the trained model, whose rounds accept many drafts (so later chunks are
 // asked for): every golden prompt gives the unchunked tokens and acceptance, greedy and sampled.
 TEST(TinyModel, VerifyChunksChangeNoToken) {
