@@ -18,6 +18,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"  // after highway.h
+#include "kernels/pair_sum-inl.h"       // after highway.h
 // clang-format on
 
 #ifndef CROSSWORD_KERNELS_ATTENTION_CONSTANTS
@@ -72,7 +73,7 @@ float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
 // lanes). Dot per key ends in a horizontal reduction (log2(lanes) dependent shuffle-and-add
 // steps) and reloads q for every key; here q is loaded once per vector of columns for a lane
 // count of keys, each key's products stay a vector, and one transpose-and-add tree
-// (ConcatEven + ConcatOdd + Add per pair, as gdn.cc's RowsBlocked) leaves lane j holding key j's
+// (pair_sum-inl.h, shared with gdn.cc's RowsBlocked) leaves lane j holding key j's
 // score. The same code runs for every query, so a row's bits do not depend on T.
 HWY_INLINE void ChunkScores(const float* HWY_RESTRICT q, const float* HWY_RESTRICT kf, int64_t Dp,
                             float* HWY_RESTRICT s) {
@@ -80,9 +81,6 @@ HWY_INLINE void ChunkScores(const float* HWY_RESTRICT q, const float* HWY_RESTRI
   const DF d;
   constexpr int kN = static_cast<int>(HWY_LANES(float));
   static_assert(kN >= 2 && (kN & (kN - 1)) == 0 && kKeyChunk % kN == 0);
-  const auto pair_sum = [&](hn::Vec<DF> a, hn::Vec<DF> b) {
-    return hn::Add(hn::ConcatEven(d, b, a), hn::ConcatOdd(d, b, a));
-  };
   for (int j0 = 0; j0 < kKeyChunk; j0 += kN) {
     hn::Vec<DF> p[kN];
     HWY_UNROLL(16) for (int j = 0; j < kN; ++j) p[j] = hn::Zero(d);
@@ -92,10 +90,7 @@ HWY_INLINE void ChunkScores(const float* HWY_RESTRICT q, const float* HWY_RESTRI
         p[j] = hn::MulAdd(qv, hn::Load(d, kf + (j0 + j) * Dp + c), p[j]);
       }
     }
-    HWY_UNROLL(4) for (int m = kN; m > 1; m /= 2) {
-      HWY_UNROLL(8) for (int r = 0; r < m / 2; ++r) p[r] = pair_sum(p[2 * r], p[2 * r + 1]);
-    }
-    hn::Store(p[0], d, s + j0);
+    hn::Store(PairSumTree<kN>(d, p), d, s + j0);
   }
 }
 #endif

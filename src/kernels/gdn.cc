@@ -17,6 +17,7 @@
 // clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/pair_sum-inl.h"  // after highway.h
 // clang-format on
 
 #ifndef CROSSWORD_KERNELS_GDN_CONSTANTS
@@ -108,11 +109,7 @@ HWY_INLINE void RowsBlocked(float* HWY_RESTRICT S, const float* HWY_RESTRICT q,
   alignas(64) float dj[kN];
   for (int64_t j0 = 0; j0 < dv; j0 += kN) {
     float* rows = S + j0 * V * kN;
-    // Pairs of vectors (a, b) -> one: lanes [0, kN/2) sum adjacent lanes of a, the rest those of
-    // b. Rows are paired as they are read, so at most kN/2 vectors per sum are live.
-    auto pair_sum = [&](hn::Vec<DF> a, hn::Vec<DF> b) {
-      return hn::Add(hn::ConcatEven(d, b, a), hn::ConcatOdd(d, b, a));
-    };
+    // Rows are paired (PairSum) as they are read, so at most kN/2 vectors per sum are live.
     hn::Vec<DF> sk[kN / 2], sq[kN / 2];
     HWY_UNROLL(8) for (int r = 0; r < kN; r += 2) {
       hn::Vec<DF> pk[2], pq[2];
@@ -127,15 +124,10 @@ HWY_INLINE void RowsBlocked(float* HWY_RESTRICT S, const float* HWY_RESTRICT q,
           pq[h] = hn::MulAdd(r1, qv[1], pq[h]);
         }
       }
-      sk[r / 2] = pair_sum(pk[0], pk[1]);
-      sq[r / 2] = pair_sum(pq[0], pq[1]);
+      sk[r / 2] = PairSum(d, pk[0], pk[1]);
+      sq[r / 2] = PairSum(d, pq[0], pq[1]);
     }
-    HWY_UNROLL(4) for (int m = kN / 2; m > 1; m /= 2) {
-      HWY_UNROLL(4) for (int p = 0; p < m / 2; ++p) {
-        sk[p] = pair_sum(sk[2 * p], sk[2 * p + 1]);
-        sq[p] = pair_sum(sq[2 * p], sq[2 * p + 1]);
-      }
-    }
+    PairSumTrees<kN / 2>(d, sk, sq);
     // d = (v - decay * S.k) * beta;  o = scale * (decay * S.q + d * k.q)
     const auto vd = hn::Mul(hn::NegMulAdd(vdecay, sk[0], hn::LoadU(d, v + j0)), vbeta);
     hn::StoreU(hn::Mul(vscale, hn::MulAdd(vd, vkq, hn::Mul(vdecay, sq[0]))), d, o + j0);
