@@ -38,7 +38,8 @@ MODES = {
     "diffusion-0.9-fused": ["--mode", "diffusion", "--threshold", "0.9", "--fuse-passes"],
 }
 GEN = re.compile(r"generated (\d+) tokens, ([\d.]+) tokens/s")
-PASSES = re.compile(r"passes: prefill (\d+), ar (\d+), denoise/draft (\d+), commit/verify (\d+)")
+# "passes: prefill P, <kind> N, <kind> N": the kinds of the run's mode (ar; denoise, commit; draft, verify).
+PASSES = re.compile(r"passes: prefill \d+((?:, [a-z]+ \d+)+)")
 FUSED = re.compile(r"fused passes (\d+), their tail used (\d+)")
 
 
@@ -77,7 +78,7 @@ def run_one(a, mode: str, prompt: list[str]) -> dict:
     fz = FUSED.search(r.stderr)
     n, tps = int(g.group(1)), float(g.group(2))
     return {"text": r.stdout, "tokens": n, "seconds": n / tps if tps > 0 else 0.0,
-            "passes": sum(int(x) for x in p.groups()[1:]),
+            "passes": sum(int(x) for x in re.findall(r"\d+", p.group(1))),
             "fused": int(fz.group(1)) if fz else 0, "hits": int(fz.group(2)) if fz else 0}
 
 

@@ -3,7 +3,8 @@
 # has a positive median, the AR row is the unit of "x AR step", and on the CPU executor each row
 # carries the experts, head rows and last-layer rows it used and its floors; with --device vulkan (lavapipe in
 # make test) the floors, which are the host CPU's, are null, not numbers that would pass for the
-# device's. Usage: bench_sweep_test.sh CROSSWORD_BINARY [vulkan]
+# device's. On the CPU, the Markdown output's tables stand between blank lines (below).
+# Usage: bench_sweep_test.sh CROSSWORD_BINARY [vulkan]
 set -euo pipefail
 cw=$1
 device=${2:-cpu}
@@ -36,4 +37,29 @@ for r in rows:
     else:
         assert r["x_floor"] is None and r["bytes_floor_ms"] is None, r
 print(f"ok: {len(rows)} rows on {device}")
+PY
+# The Markdown output: the llama-bench table and the sweep table each stand between blank lines (a
+# line right after a table renders as one more row of it), every row has its header's cell count,
+# and a model under 1 GiB shows its size in MiB and its parameters in M, as llama-bench does.
+[[ $device == cpu ]] || exit 0
+timeout 300 "$cw" bench -p 16 -n 2 -r 1 --warmup 0 --sweep --sweep-rows 1,2 --log-level warn >"$out"
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+tables, cells = 0, None
+for i, line in enumerate(lines):
+    is_row = line.startswith("|")
+    prev_row = i > 0 and lines[i - 1].startswith("|")
+    if is_row and not prev_row:
+        tables += 1
+        assert i > 0 and lines[i - 1] == "", f"no blank line before the table at line {i + 1}: {lines[i - 1]!r}"
+        cells = line.count("|")
+    if is_row:
+        assert line.count("|") == cells, f"line {i + 1} has {line.count('|') - 1} cells: {line!r}"
+    if prev_row and not is_row:
+        assert line == "", f"no blank line after the table before line {i + 1}: {line!r}"
+assert tables == 2, f"{tables} tables"
+row = next(l for l in lines if l.startswith("| ") and "pp16" in l)
+assert " MiB |" in row and " M |" in row, row
+print("ok: Markdown tables")
 PY

@@ -179,16 +179,24 @@ void Print(const BenchFlags& f, const engine::Engine& e, const std::vector<Row>&
     }
     return;
   }
+  // Blank lines around the table: Markdown renderers take a line right after a table as one more
+  // row. Size and parameters as llama-bench prints them: MiB and M below 1 GiB and 1 B.
+  const double bytes = static_cast<double>(file.file_size());
+  const std::string size = bytes < double{1 << 30} ? fmt::format("{:.2f} MiB", bytes / (1 << 20))
+                                                   : fmt::format("{:.2f} GiB", bytes / (1 << 30));
+  const double n = static_cast<double>(params);
+  const std::string n_params =
+      n < 1e9 ? fmt::format("{:.2f} M", n / 1e6) : fmt::format("{:.2f} B", n / 1e9);
   std::printf(
-      "| model | size | params | backend | threads | test | median | min | max | notes |\n");
+      "\n| model | size | params | backend | threads | test | median | min | max | extra |\n");
   std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n");
   for (const Row& r : rows) {
     const auto [lo, hi] = std::minmax_element(r.values.begin(), r.values.end());
-    std::printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f %s | %.2f | %.2f | %s |\n",
-                name.c_str(), static_cast<double>(file.file_size()) / (1 << 30),
-                static_cast<double>(params) / 1e9, Backend(e).c_str(), e.executor().host_threads(),
+    std::printf("| %s | %s | %s | %s | %d | %s | %.2f %s | %.2f | %.2f | %s |\n", name.c_str(),
+                size.c_str(), n_params.c_str(), Backend(e).c_str(), e.executor().host_threads(),
                 r.test.c_str(), Median(r.values), r.unit.c_str(), *lo, *hi, r.extra.c_str());
   }
+  std::printf("\n");
 }
 
 void RunBench(const BenchFlags& f) {

@@ -389,7 +389,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   if (!o.json) {
     std::fprintf(
         out,
-        "| pass | rows T | head rows | experts/layer U | median ms | x AR step | MB read | "
+        "\n| pass | rows T | head rows | experts/layer U | median ms | x AR step | MB read | "
         "G mult-adds | bytes floor ms | compute floor ms | x floor |\n");
     std::fprintf(out,
                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -456,6 +456,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
                    macs / 1e9, bytes_ms, compute_ms, med / floor_ms);
     }
   }
+  if (!o.json) std::fprintf(out, "\n");  // the table ends (a line right after it joins it)
   std::fflush(out);
 }
 

@@ -241,18 +241,30 @@ void Run(const RunFlags& f) {
                  std::string(decode::FinishReasonName(gen.finish_reason())).c_str());
   }
   if (f.stats) {
-    std::fprintf(stderr,
-                 "crossword: passes: prefill %lld, ar %lld, denoise/draft %lld, commit/verify %lld "
-                 "| tokens per "
-                 "pass %.2f\n",
-                 static_cast<long long>(st.prefill_passes), static_cast<long long>(st.ar_passes),
-                 static_cast<long long>(st.denoise_passes),
-                 static_cast<long long>(st.commit_passes), st.tokens_per_pass());
+    // Each line names the pass kinds of this run's mode: AR steps, diffusion's denoise and commit
+    // passes, or spec's draft and verify passes (one mode per run: the others are always 0).
+    const bool ar = params.mode == decode::Mode::kAr, spec = params.mode == decode::Mode::kSpec;
+    const char* first_kind = spec ? "draft" : "denoise";
+    const char* second_kind = spec ? "verify" : "commit";
+    // "prefill P, <kinds>" with one value per kind of the mode, printed by `value`.
+    auto kinds = [&](double prefill, double ar_v, double first, double second, const char* f) {
+      const std::string v = fmt::format(fmt::runtime(f), prefill);
+      if (ar) return fmt::format("prefill {}, ar {}", v, fmt::format(fmt::runtime(f), ar_v));
+      return fmt::format("prefill {}, {} {}, {} {}", v, first_kind,
+                         fmt::format(fmt::runtime(f), first), second_kind,
+                         fmt::format(fmt::runtime(f), second));
+    };
+    auto count = [](int64_t n) { return static_cast<double>(n); };
+    std::fprintf(stderr, "crossword: passes: %s | tokens per pass %.2f\n",
+                 kinds(count(st.prefill_passes), count(st.ar_passes), count(st.denoise_passes),
+                       count(st.commit_passes), "{:.0f}")
+                     .c_str(),
+                 st.tokens_per_pass());
     if (params.fuse_passes) {
       std::fprintf(stderr,
-                   "crossword: fused passes %lld, their tail used %lld (a denoise/draft pass "
-                   "saved each)\n",
-                   static_cast<long long>(st.fused_passes), static_cast<long long>(st.fused_hits));
+                   "crossword: fused passes %lld, their tail used %lld (a %s pass saved each)\n",
+                   static_cast<long long>(st.fused_passes), static_cast<long long>(st.fused_hits),
+                   first_kind);
     }
     auto ms = [](double s, int64_t n) { return n > 0 ? 1000.0 * s / n : 0.0; };
     if (params.grammar) {
@@ -260,23 +272,19 @@ void Run(const RunFlags& f) {
                    static_cast<long long>(st.grammar_masks),
                    ms(st.grammar_seconds, st.grammar_masks));
     }
-    // The two multi-row kinds by this run's mode: diffusion's denoise and commit passes, or spec's
-    // draft and verify passes (one mode per run, so the counters never mix them).
-    const bool spec = params.mode == decode::Mode::kSpec;
-    const char* first_kind = spec ? "draft" : "denoise";
-    const char* second_kind = spec ? "verify" : "commit";
-    std::fprintf(stderr, "crossword: ms per pass: prefill %.2f, ar %.2f, %s %.2f, %s %.2f\n",
-                 ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
-                 first_kind, ms(st.denoise_seconds, st.denoise_passes), second_kind,
-                 ms(st.commit_seconds, st.commit_passes));
+    std::fprintf(stderr, "crossword: ms per pass: %s\n",
+                 kinds(ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
+                       ms(st.denoise_seconds, st.denoise_passes),
+                       ms(st.commit_seconds, st.commit_passes), "{:.2f}")
+                     .c_str());
     auto per = [](double sum, int64_t n) { return n > 0 ? sum / static_cast<double>(n) : 0.0; };
     std::fprintf(stderr,
-                 "crossword: distinct experts per MoE layer per pass (U): prefill %.1f, ar %.1f, "
-                 "%s %.1f, %s %.1f (of %d, top-%d)\n",
-                 per(st.prefill_experts, st.prefill_passes), per(st.ar_experts, st.ar_passes),
-                 first_kind, per(st.denoise_experts, st.denoise_passes), second_kind,
-                 per(st.commit_experts, st.commit_passes), engine->model().hparams().n_expert,
-                 engine->model().hparams().n_expert_used);
+                 "crossword: distinct experts per MoE layer per pass (U): %s (of %d, top-%d)\n",
+                 kinds(per(st.prefill_experts, st.prefill_passes), per(st.ar_experts, st.ar_passes),
+                       per(st.denoise_experts, st.denoise_passes),
+                       per(st.commit_experts, st.commit_passes), "{:.1f}")
+                     .c_str(),
+                 engine->model().hparams().n_expert, engine->model().hparams().n_expert_used);
     if (params.mode == decode::Mode::kSpec) {
       std::string hist;
       for (size_t k = 0; k < st.accepted_hist.size(); ++k) {
