@@ -398,7 +398,9 @@ void RegisterBenchCommand(CLI::App& app) {
       "fused and mid-block denoise passes; docs/decoding.md, \"Instrument\"), each beside its "
       "floor (bytes read / measured read bandwidth, multiply-adds / measured int8 peak) and "
       "the distinct experts per layer it used");
-  cmd->add_option("--sweep-rows", flags->sweep_rows, "rows T of the --sweep passes")
+  cmd->add_option("--sweep-rows", flags->sweep_rows,
+                  "rows T of the --sweep passes (T = 1 is the AR step, the unit of their x AR step "
+                  "column; it is always timed)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("-o,--output", flags->output, "md (table) or json (one object per line)")
