@@ -14,8 +14,8 @@ Model (docs/decoding.md, "Pass cost, floors and projection"):
   spec, d drafts, acceptance a: tokens per round E = (1 - a^(d+1)) / (1 - a),
       speed / AR = E c(1) / (c_draft(d+1) + c_verify(d+1));  best d reported, and the smallest a
       at which the best d reaches 1.0x and 1.2x AR (bisection: the speed grows with a)
-  diffusion: beats AR from TPF = c(B) / c(1)
-  diffusion, block B, tokens per pass TPF: speed / AR = TPF c(1) / c(B)
+  diffusion, block B, tokens per pass TPF: speed / AR = TPF c(1) / c(B); it beats AR from
+      TPF = c(B) / c(1)
 Usage: bench/project_speedup.py [--sweep SWEEP.jsonl] [--bw GBPS --int8 GMACS] [--floor-only]
 """
 import argparse
@@ -58,10 +58,12 @@ def best_spec(acc, rounds, c1):
 
 
 def break_even(target, rounds, c1):
-    """Smallest acceptance (to 1e-4, rounded up) at which the best d reaches spec / AR >= target, or None
-    below 0.999 (the speed grows with acceptance for every d, so bisection finds it)."""
+    """Smallest acceptance (to 1e-4, rounded up) at which the best d reaches spec / AR >=
+    target, or None below 0.999 (the speed grows with acceptance for every d, so bisection finds
+    it)."""
     if best_spec(0.999, rounds, c1)[1] < target:
         return None
+
     def reaches(acc):
         d, s = best_spec(acc, rounds, c1)
         return d > 0 and s >= target

@@ -52,7 +52,7 @@ for i, line in enumerate(lines):
     prev_row = i > 0 and lines[i - 1].startswith("|")
     if is_row and not prev_row:
         tables += 1
-        assert i > 0 and lines[i - 1] == "", f"no blank line before the table at line {i + 1}: {lines[i - 1]!r}"
+        assert i > 0 and lines[i - 1] == "", f"no blank line before line {i + 1}: {lines[i - 1]!r}"
         cells = line.count("|")
     if is_row:
         assert line.count("|") == cells, f"line {i + 1} has {line.count('|') - 1} cells: {line!r}"

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """bench/project_speedup.py (issue 18's projection) agrees with itself: the break-even
 acceptances it prints are where its own table crosses 1.0x and 1.2x (at the printed acceptance the
-best draft length reaches the target, 0.002 below it does not: no draft length beats AR there,
-or 1.2x is missed), and the diffusion tokens per pass
-it names give 1.00x in its diffusion table. Floor-only passes on a fixed machine (45 GB/s, 470 G
-int8 multiply-adds/s), so the numbers do not depend on this host."""
+best draft length reaches the target; 0.002 below it no draft length beats AR, or 1.2x is missed),
+and the diffusion tokens per pass it names give 1.00x in its diffusion table. Floor-only passes on
+a fixed machine (45 GB/s, 470 G int8 multiply-adds/s), so the numbers do not depend on this host.
+Usage: project_speedup_test.py bench/project_speedup.py"""
 import re
 import subprocess
 import sys
@@ -41,7 +41,7 @@ for target, acc in found.items():
         assert d_lo == 0, (acc, d_lo, low)  # below break-even no draft length beats AR
     else:
         assert low < float(target), (target, acc, low)
-    assert float(found["1.0"]) < float(found["1.2"])
+assert float(found["1.0"]) < float(found["1.2"]), found
 tpf = float(re.search(r"diffusion >= 1\.0x AR from ([\d.]+) tokens", out).group(1))
 table = first_section(run("--tpf", f"{tpf:.2f}"))
 ratio = float(re.search(rf"^\| {tpf:.2f} \| ([\d.]+) \|$", table, re.M).group(1))

@@ -246,13 +246,14 @@ void Run(const RunFlags& f) {
     const bool ar = params.mode == decode::Mode::kAr, spec = params.mode == decode::Mode::kSpec;
     const char* first_kind = spec ? "draft" : "denoise";
     const char* second_kind = spec ? "verify" : "commit";
-    // "prefill P, <kinds>" with one value per kind of the mode, printed by `value`.
-    auto kinds = [&](double prefill, double ar_v, double first, double second, const char* f) {
-      const std::string v = fmt::format(fmt::runtime(f), prefill);
-      if (ar) return fmt::format("prefill {}, ar {}", v, fmt::format(fmt::runtime(f), ar_v));
-      return fmt::format("prefill {}, {} {}, {} {}", v, first_kind,
-                         fmt::format(fmt::runtime(f), first), second_kind,
-                         fmt::format(fmt::runtime(f), second));
+    // "prefill P, <kind> V, ..." with one value per kind of the mode, each formatted with
+    // `value_spec`.
+    auto kinds = [&](double prefill, double ar_v, double first, double second,
+                     const char* value_spec) {
+      auto value = [&](double v) { return fmt::format(fmt::runtime(value_spec), v); };
+      if (ar) return fmt::format("prefill {}, ar {}", value(prefill), value(ar_v));
+      return fmt::format("prefill {}, {} {}, {} {}", value(prefill), first_kind, value(first),
+                         second_kind, value(second));
     };
     auto count = [](int64_t n) { return static_cast<double>(n); };
     std::fprintf(stderr, "crossword: passes: %s | tokens per pass %.2f\n",
