@@ -329,12 +329,33 @@ void GdnHead(const GdnArgs& a, int hv, bool chunked, float scale) {
 }
 
 }  // namespace
+
+// PairSumTreeForTest's per-target body: x holds lanes vectors of lanes floats; out gets the tree's
+// one vector (the scalar target: its single lane).
+int64_t PairSumTreeImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT out) {
+  const DF d;
+  constexpr int kN = static_cast<int>(HWY_LANES(float));
+#if HWY_TARGET != HWY_SCALAR
+  hn::Vec<DF> p[kN];
+  for (int r = 0; r < kN; ++r) p[r] = hn::LoadU(d, x + r * kN);
+  hn::StoreU(PairSumTree<kN>(d, p), d, out);
+#else
+  hn::StoreU(hn::LoadU(d, x), d, out);
+#endif
+  return kN;
+}
+
 }  // namespace crossword::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace crossword::kernels {
 HWY_EXPORT(GdnHead);
+HWY_EXPORT(PairSumTreeImpl);
+
+int64_t detail::PairSumTreeForTest(const float* x, float* out) {
+  return HWY_DYNAMIC_DISPATCH(PairSumTreeImpl)(x, out);
+}
 
 void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool) {
   ref::CheckGdnArgs(args);

@@ -316,4 +316,12 @@ const char* TargetName(int64_t target);
 /// only `target` (one of AvailableTargets()); 0 restores the real CPU.
 void ForceTargetForTest(int64_t target);
 
+namespace detail {
+/// Tests only: the current target's pair-sum tree (src/kernels/pair_sum-inl.h, the reduction of
+/// GDN's small heads and attention's key chunks) over N vectors of N floats, x[r * N + i] lane i of
+/// vector r, where N is the target's float lane count (returned; at most 16): out[r] is the sum of
+/// vector r's lanes.
+int64_t PairSumTreeForTest(const float* x, float* out);
+}  // namespace detail
+
 }  // namespace crossword::kernels

@@ -2,7 +2,9 @@
 // scalar twins (double accumulation), plus state-carrying and chunked-vs-recurrent checks.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -207,6 +209,36 @@ struct GdnData {
     return a;
   }
 };
+
+// The pair-sum tree (pair_sum-inl.h) of GDN's short-row loop and attention's key chunks gives, on
+// every target, exactly the balanced sum of each vector's lanes, ((x0 + x1) + (x2 + x3)) + ...,
+// in row order: the AVX-512 and AVX2 shuffles reach the same bits as the generic permutes, so a
+// row's GDN and attention bits do not depend on which of them ran. Values spread over many
+// magnitudes make any other order of the additions round differently.
+TEST(PairSum, TreeIsTheBalancedSumOfEachVectorOnEveryTarget) {
+  TargetGuard guard;
+  std::function<float(const float*, int)> balanced = [&](const float* x, int n) {
+    return n == 1 ? x[0] : balanced(x, n / 2) + balanced(x + n / 2, n / 2);
+  };
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-20, 20);
+  for (int64_t target : AvailableTargets()) {
+    ForceTargetForTest(target);
+    SCOPED_TRACE(TargetName(target));
+    for (int rep = 0; rep < 50; ++rep) {
+      std::vector<float> x(16 * 16), out(16, 0.0f);
+      for (float& v : x) v = std::ldexp(mant(rng), expo(rng));
+      const int64_t n = detail::PairSumTreeForTest(x.data(), out.data());
+      ASSERT_TRUE(n >= 1 && n <= 16 && (n & (n - 1)) == 0) << n;
+      for (int64_t r = 0; r < n; ++r) {
+        const float want = balanced(x.data() + r * n, static_cast<int>(n));
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[r]), std::bit_cast<uint32_t>(want))
+            << "vector " << r << " of " << n << ": " << out[r] << " vs " << want;
+      }
+    }
+  }
+}
 
 TEST(GatedDeltaRule, RecurrentAndChunkedMatchTwinOnEveryTarget) {
   TargetGuard guard;
