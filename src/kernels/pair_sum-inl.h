@@ -18,7 +18,7 @@ namespace pair_sum_detail = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET != HWY_SCALAR
 /// Level L (1-based) of the tree: two vectors of partial sums -> one, each output lane the sum of
-/// two adjacent-in-the-tree partial sums of a or of b. Every level adds neighbours, so after
+/// two neighbouring partial sums of a or of b. Every level adds neighbours, so after
 /// log2(lanes) levels over lanes vectors, lane r holds the sum of vector r's lanes in the
 /// balanced order ((x0 + x1) + (x2 + x3)) + ..., in row order: the same bits on every target.
 /// Generic targets: lanes [0, N/2) add adjacent lanes of a, [N/2, N) those of b (ConcatEven +
@@ -30,7 +30,7 @@ namespace pair_sum_detail = hwy::HWY_NAMESPACE;
 template <int L, class D, class V = pair_sum_detail::Vec<D>>
 HWY_INLINE V PairSumAt(D d, V a, V b) {
   static_assert(L >= 1);
-#if HWY_TARGET <= HWY_AVX3 && (HWY_ARCH_X86_64 || HWY_ARCH_X86_32)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   static_assert(sizeof(V) == 64, "the full 512-bit float vector");
   (void)d;
   if constexpr (L <= 2) {
