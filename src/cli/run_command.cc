@@ -248,19 +248,16 @@ void Run(const RunFlags& f) {
     const char* second_kind = spec ? "verify" : "commit";
     // "prefill P, <kind> V, ..." with one value per kind of the mode, each formatted with
     // `value_spec`.
-    auto kinds = [&](double prefill, double ar_v, double first, double second,
-                     const char* value_spec) {
-      auto value = [&](double v) { return fmt::format(fmt::runtime(value_spec), v); };
+    auto kinds = [&](auto prefill, auto ar_v, auto first, auto second, const char* value_spec) {
+      auto value = [&](auto v) { return fmt::format(fmt::runtime(value_spec), v); };
       if (ar) return fmt::format("prefill {}, ar {}", value(prefill), value(ar_v));
       return fmt::format("prefill {}, {} {}, {} {}", value(prefill), first_kind, value(first),
                          second_kind, value(second));
     };
-    auto count = [](int64_t n) { return static_cast<double>(n); };
-    std::fprintf(stderr, "crossword: passes: %s | tokens per pass %.2f\n",
-                 kinds(count(st.prefill_passes), count(st.ar_passes), count(st.denoise_passes),
-                       count(st.commit_passes), "{:.0f}")
-                     .c_str(),
-                 st.tokens_per_pass());
+    std::fprintf(
+        stderr, "crossword: passes: %s | tokens per pass %.2f\n",
+        kinds(st.prefill_passes, st.ar_passes, st.denoise_passes, st.commit_passes, "{}").c_str(),
+        st.tokens_per_pass());
     if (params.fuse_passes) {
       std::fprintf(stderr,
                    "crossword: fused passes %lld, their tail used %lld (a %s pass saved each)\n",
