@@ -24,6 +24,10 @@ using namespace internal;  // NOLINT(build/namespaces): this file is the helpers
 constexpr int kOTile = 16;             // weight rows per repacked tile (one zmm of int32 outputs)
 constexpr int kChunkBlocks = 64;       // 2048 columns per repacked chunk: 32 KiB + 4 KiB, fits L1
 constexpr int64_t kMaxDirectRows = 3;  // up to this many rows skip the repacking
+// Rows of at most this many blocks (256 columns) multiply a copy a group of output tiles at a time
+// (Q8Tile), the group's tiles at most kShortGroupBytes (in L1 with the rows' codes).
+constexpr int64_t kShortRowBlocks = 8;
+constexpr int64_t kShortGroupBytes = 16384;
 
 // One block (32 columns) of a repacked 16-row tile: q[g] holds bytes 4g..4g+3 of the block for
 // each of the 16 rows (lane i = row i) as u8 = w + 128; d holds the 16 rows' block scales.
@@ -237,6 +241,45 @@ CW_VNNI void AllRowsOfChunk(Tiles tiles, int nb, int64_t b0, const JobRows& rows
     TileRowsRest<7>(static_cast<int>(rows.n_rows - i), tiles, nb, b0, rows, i, ot, mask, first,
                     i == 0 ? pf : none);
   }
+}
+
+// Short rows of a u8 copy (one chunk: nb = all of a row's blocks): activation rows [i0, i0 + R)
+// against output tiles [ot0, ot1) (clipped to o1), the tiles' blocks at `tiles` one after the
+// other. The rows' pointers are set up once for all the tiles, not once per tile as in
+// AllRowsOfChunk; each (row, tile) sum is Q8Kernel's from zero over the same blocks in the same
+// order, so the bits are AllRowsOfChunk's.
+template <int R>
+CW_VNNI void RowsOfTiles(const PackedBlock* tiles, int nb, const JobRows& rows, int64_t i0,
+                         int64_t ot0, int64_t ot1, int64_t o1) {
+  const int8_t* xq[R];
+  const float* xd[R];
+  const int32_t* xs[R];
+  float* y[R];
+  const Activations& x = *rows.x;
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    const RowPtrs rp = RowAt(rows, i0 + r);
+    xq[r] = reinterpret_cast<const int8_t*>(rp.x);
+    xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset());
+    xs[r] = reinterpret_cast<const int32_t*>(rp.x + x.sums_offset());
+    y[r] = rp.y;
+  }
+  const SpreadPrefetch none;
+  for (int64_t ot = ot0; ot < ot1; ot += kOTile) {
+    const int nv = static_cast<int>(std::min<int64_t>(kOTile, o1 - ot));
+    const __mmask16 mask = static_cast<__mmask16>((1u << nv) - 1);
+    __m512 acc[R];
+    CW_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    Q8Kernel<R>(tiles + ((ot - ot0) / kOTile) * nb, nb, xq, xd, xs, acc, none);
+    CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r] + ot, mask, acc[r]);
+  }
+}
+
+// RowsOfTiles<n> for the n < 8 rows left after the full register tiles (n <= R).
+template <int R>
+CW_VNNI void RowsOfTilesRest(int n, const PackedBlock* tiles, int nb, const JobRows& rows,
+                             int64_t i0, int64_t ot0, int64_t ot1, int64_t o1) {
+  if (n == R) return RowsOfTiles<R>(tiles, nb, rows, i0, ot0, ot1, o1);
+  if constexpr (R > 1) RowsOfTilesRest<R - 1>(n, tiles, nb, rows, i0, ot0, ot1, o1);
 }
 
 // Rows from which a chunk of a Q4_0 copy is expanded once into the u8 layout (Q8Kernel's) instead
@@ -569,6 +612,27 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
   }
   alignas(64) PackedBlock scratch[kChunkBlocks];
   const int64_t nblocks = w.n_in / 32;
+  if (prepacked && nblocks <= kShortRowBlocks) {
+    // Short rows (the embedded model's 128 columns: 4 blocks) from a copy, any row count: the
+    // register tiles' setup is a large share of a tile's few blocks, so each group of output
+    // tiles that fits in L1 takes every row tile in turn, the rows' pointers set up once per
+    // group (kernels_bench BM_MatMul Q8_0 n_in 128, 1 thread, 32 rows: 128 outputs 194-198 ->
+    // 227-234 G ops/s, 4096 outputs 259-269 -> 320-335).
+    const int64_t group =
+        kOTile * std::max<int64_t>(
+                     1, kShortGroupBytes / (static_cast<int64_t>(sizeof(PackedBlock)) * nblocks));
+    const int nb = static_cast<int>(nblocks);
+    for (int64_t g0 = o0; g0 < o1; g0 += group) {
+      const int64_t g1 = std::min(o1, g0 + group);
+      const PackedBlock* tiles = prepacked + (g0 / kOTile) * nblocks;
+      int64_t i = 0;
+      for (; i + 8 <= rows.n_rows; i += 8) RowsOfTiles<8>(tiles, nb, rows, i, g0, g1, o1);
+      if (i < rows.n_rows) {
+        RowsOfTilesRest<7>(static_cast<int>(rows.n_rows - i), tiles, nb, rows, i, g0, g1, o1);
+      }
+    }
+    return;
+  }
   const auto* base = static_cast<const uint8_t*>(w.data);
   // Software prefetches for the copy (below): with 4+ rows, and with 2-3 rows of 512+ columns
   // (a real-width routed expert with the 1-3 rows a 32-row pass gives it: BM_MoeExperts Q8_0 U 165,
