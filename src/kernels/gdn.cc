@@ -376,11 +376,11 @@ void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool) {
   const float scale =
       args.scale != 0.0f ? args.scale : 1.0f / std::sqrt(static_cast<float>(args.dk));
   // Per token and head: the state's dk x dv read, decayed, updated and read out (~4 dk dv float
-  // multiply-adds), in the pool's units at 4 per float multiply-add (16 per instruction against
-  // int8's 64), as Attention counts them. So the embedded model's 4 heads of 32 x 32 split from
-  // 16 tokens on: its 16- and 32-row passes ran 6-8 % faster with the heads on both threads
-  // (bench --sweep, 2 threads, 10 alternated runs; at 4 per multiply-add they ran on one).
-  const int64_t work = 16 * args.T * args.n_v_heads * args.dk * args.dv;
+  // multiply-adds), at 2 pool units each: calibrated so that the embedded model's 4 heads of 32 x
+  // 32 split over both threads from 32 tokens on (1.05M units), not at 16 (bench --sweep, 2
+  // threads, 10 alternated runs each: denoise32 0.649 -> 0.611 ms split; verify16 0.358 either
+  // way, and in one of the VM's slow periods a split 16-row GDN core ran 2.5x slower).
+  const int64_t work = 8 * args.T * args.n_v_heads * args.dk * args.dv;
   pool.ParallelFor(args.n_v_heads, work, [&](int64_t hv, int) {
     HWY_DYNAMIC_DISPATCH(GdnHead)(args, static_cast<int>(hv), chunked, scale);
   });
