@@ -101,6 +101,16 @@ TEST(ThreadPool, RunOnEachThreadAndNesting) {
   EXPECT_EQ(inner.load(), 20);
 }
 
+TEST(ThreadPool, RunsInlineOnOneThreadAndInsideATask) {
+  ThreadPool one(1), two(2);
+  EXPECT_TRUE(one.RunsInline());
+  EXPECT_FALSE(two.RunsInline());
+  std::atomic<int> inline_seen{0};
+  two.RunOnEachThread([&](int) { inline_seen.fetch_add(two.RunsInline() ? 1 : 0); });
+  EXPECT_EQ(inline_seen.load(), 2);
+  EXPECT_FALSE(two.RunsInline());  // the loop is over
+}
+
 // A task that throws, on a worker or on the calling thread, in ParallelFor or RunOnEachThread:
 // the issuing call rethrows it once every thread has left the loop, and the pool keeps working
 // (every later task runs, on every thread).

@@ -29,6 +29,11 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
+  /// True when a loop issued now runs every task on the calling thread: a pool of one thread, or
+  /// a call from inside a task (nested) while a loop is running. A caller can then pick coarser
+  /// tasks (the results must not depend on the split).
+  bool RunsInline() const { return n_threads_ == 1 || in_job_.load(std::memory_order_relaxed); }
+
   /// Calls fn(task, thread) for every task in [0, n_tasks); tasks are handed out dynamically
   /// one at a time; `thread` is in [0, size()). Returns when all tasks are done.
   template <class F>

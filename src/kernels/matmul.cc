@@ -364,6 +364,15 @@ void MatMul(std::span<const MatMulJob> jobs, ThreadPool& pool) {
     macs += jobs[j].w.n_out * jobs[j].w.n_in * jobs[j].n_rows;
   }
   if (indexed) first[jobs.size()] = n_tasks;
+  // On one thread every job is one task: its output tiles in one kernel call (the split gives no
+  // balance there, and the embedded model's row blocks make ~60 small products per layer, each
+  // split in 64-output tasks before). Every output's bits are the same for any split.
+  if (macs < ThreadPool::kMinParallelWork || pool.RunsInline()) {
+    for (const MatMulJob& job : jobs) {
+      if (job.n_rows > 0) HWY_DYNAMIC_DISPATCH(MatMulTileImpl)(job, 0, job.w.n_out);
+    }
+    return;
+  }
   pool.ParallelFor(n_tasks, macs, [&](int64_t task, int) {
     size_t j = 0;
     if (indexed) {
