@@ -89,9 +89,17 @@ float MaxOf(const float* HWY_RESTRICT x, int64_t n) {
   float max = -INFINITY;
   int64_t i = 0;
   if (n >= N) {
-    auto vmax = hn::Set(d, -INFINITY);
-    for (; i + N <= n; i += N) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
-    max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+    // Four independent maxima (a maximum is exact, so any order gives the same value), against
+    // one chain of dependent steps.
+    auto m0 = hn::Set(d, -INFINITY), m1 = m0, m2 = m0, m3 = m0;
+    for (; i + 4 * N <= n; i += 4 * N) {
+      m0 = hn::Max(m0, hn::LoadU(d, x + i));
+      m1 = hn::Max(m1, hn::LoadU(d, x + i + N));
+      m2 = hn::Max(m2, hn::LoadU(d, x + i + 2 * N));
+      m3 = hn::Max(m3, hn::LoadU(d, x + i + 3 * N));
+    }
+    for (; i + N <= n; i += N) m0 = hn::Max(m0, hn::LoadU(d, x + i));
+    max = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
   }
   for (; i < n; ++i) max = std::max(max, x[i]);
   return max;
@@ -106,8 +114,21 @@ double SumExpF64(const float* x, int64_t n, float max, float* out) {
   const int64_t N = hn::Lanes(d), NH = hn::Lanes(dd);
   const VF vmax = hn::Set(d, max);
   auto sum = hn::Zero(dd);
-  alignas(64) float scratch[HWY_MAX_BYTES / sizeof(float)];
   int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if (N == 2 * NH) {
+    // The two halves of each vector of exps promoted from the register (the same lanes and order
+    // as through memory below; a store and two half-width reloads stalled on forwarding).
+    const hn::Half<DF> dhalf;
+    for (; i + N <= n; i += N) {
+      const VF e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax));
+      if (out) hn::StoreU(e, d, out + i);
+      sum = hn::Add(sum, hn::PromoteTo(dd, hn::LowerHalf(dhalf, e)));
+      sum = hn::Add(sum, hn::PromoteTo(dd, hn::UpperHalf(dhalf, e)));
+    }
+  }
+#endif
+  alignas(64) float scratch[HWY_MAX_BYTES / sizeof(float)];
   for (; i + N <= n; i += N) {
     float* e = out ? out + i : scratch;
     hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax)), d, e);
@@ -139,19 +160,28 @@ int64_t ArgMaxImpl(const float* x, int64_t n, int64_t exclude) {
                           hn::Eq(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(exclude - i))));
   };
   // Pass 1: the max over the kept indices (the excluded lane reads -inf), NaNs noted.
+  // Four independent maxima and NaN masks, four vectors a step (a maximum is exact, so the order
+  // does not change it; the index is found in pass 2).
   const VF ninf = hn::Set(d, -INFINITY);
-  auto vmax = ninf;
+  auto kept = [&](int64_t i) {
+    VF v = hn::LoadU(d, x + i);
+    if (exclude >= i && exclude < i + N) v = hn::IfThenElse(excluded_lane(i), ninf, v);
+    return v;
+  };
+  VF m[4] = {ninf, ninf, ninf, ninf};
   auto nan = hn::FirstN(d, 0);
   int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    VF v = hn::LoadU(d, x + i);
-    nan = hn::Or(nan, hn::IsNaN(v));
-    if (exclude >= i && exclude < i + N) {
-      v = hn::IfThenElse(excluded_lane(i), ninf, v);
+  for (; i + 4 * N <= n; i += 4 * N) {
+    HWY_UNROLL(4) for (int k = 0; k < 4; ++k) {
+      nan = hn::Or(nan, hn::IsNaN(hn::LoadU(d, x + i + k * N)));
+      m[k] = hn::Max(m[k], kept(i + k * N));
     }
-    vmax = hn::Max(vmax, v);
   }
-  float max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  for (; i + N <= n; i += N) {
+    nan = hn::Or(nan, hn::IsNaN(hn::LoadU(d, x + i)));
+    m[0] = hn::Max(m[0], kept(i));
+  }
+  float max = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m[0], m[1]), hn::Max(m[2], m[3]))));
   for (int64_t j = i; j < n; ++j) {
     if (std::isnan(x[j])) return ref::ArgMax(x, n, exclude);
     if (j != exclude) max = std::max(max, x[j]);
