@@ -541,7 +541,9 @@ void Generation::OnDenoise(std::span<const float> logits) {
     }
     // A NaN row (a failed model) has no probability: count it as 0, so the pass still commits its
     // most confident slot and the block ends. (A row with every token banned failed above.)
-    float conf = SoftmaxProb(p, tok);
+    // The exact confidence matters only if it reaches the threshold or beats the best so far, so
+    // below both the sum may stop early (the value then stays below both: no commit, no best).
+    float conf = SoftmaxProbAbove(p, tok, std::min(params_.threshold, best_conf));
     if (!(conf >= 0.0f)) conf = 0.0f;
     cand[j] = {tok, conf};
     if (conf > best_conf) {
@@ -588,7 +590,7 @@ void Generation::OnDenoiseConstrained(std::span<const float> logits) {
     const int32_t tok =
         params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : sampler_.Sample(p);
     RequireAllowed(p, tok);
-    if (j > first && SoftmaxProb(p, tok) < params_.threshold) break;
+    if (j > first && SoftmaxProbAbove(p, tok, params_.threshold) < params_.threshold) break;
     block_[j] = tok;
     masked_[j] = 0;
     if (!Emit(tok)) return;
@@ -625,7 +627,7 @@ void Generation::OnDraft(std::span<const float> logits) {
     }
     // The draft ends before its first unsure slot: later slots are rarely accepted, and every
     // verified row costs the verify pass as much as a row that is accepted.
-    if (cut && SoftmaxProb(p, top) < params_.draft_p_min) {
+    if (cut && SoftmaxProbAbove(p, top, params_.draft_p_min) < params_.draft_p_min) {
       verify_len_ = j;
       break;
     }

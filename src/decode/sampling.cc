@@ -81,6 +81,11 @@ float SoftmaxProb(std::span<const float> logits, int32_t token) {
   return kernels::SoftmaxProb(logits.data(), static_cast<int64_t>(logits.size()), token);
 }
 
+float SoftmaxProbAbove(std::span<const float> logits, int32_t token, float below) {
+  return kernels::SoftmaxProbAbove(logits.data(), static_cast<int64_t>(logits.size()), token,
+                                   below);
+}
+
 std::span<const std::pair<int32_t, float>> Sampler::Probabilities(std::span<const float> logits) {
   cand_.clear();
   if (params_.greedy()) {

@@ -103,6 +103,9 @@ void RequireAllowed(std::span<const float> logits, int32_t token);
 /// kernels::SoftmaxProb: exp in float, the sum in double; 1.6 us per 4,096-wide row, 18 us with a
 /// double exp each).
 float SoftmaxProb(std::span<const float> logits, int32_t token);
+/// SoftmaxProb when it is >= `below`, else some value in [SoftmaxProb, below)
+/// (kernels::SoftmaxProbAbove: the sum stops early on rows that cannot reach `below`).
+float SoftmaxProbAbove(std::span<const float> logits, int32_t token, float below);
 
 /// The categorical draw every sampled choice uses: the token of the first entry of `dist` whose
 /// cumulative weight exceeds `u`, for `u` uniform in [0, total weight) (weights need not sum to

@@ -160,6 +160,12 @@ int64_t ArgMax(const float* x, int64_t n, int64_t exclude);
 /// softmax(x)[i] for 0 <= i < n: exp(x[i] - max) / sum_j exp(x[j] - max), exp in float, the sum in
 /// double (as Softmax). Diffusion's confidence of a slot's candidate, per masked row and pass.
 float SoftmaxProb(const float* x, int64_t n, int64_t i);
+/// SoftmaxProb(x, n, i), bit for bit, when that is >= `below`; otherwise a value in
+/// [SoftmaxProb(x, n, i), below): the sum of exponentials (in SoftmaxProb's order) stops once the
+/// probability of its partial sum is under `below`, and since partial sums only grow, so does
+/// the exact one. For a decision "probability >= below" (diffusion's threshold) at a fraction of
+/// the work on rows that fail it. NaN rows run to the end (NaN compares below nothing).
+float SoftmaxProbAbove(const float* x, int64_t n, int64_t i, float below);
 /// NeoX rope on the first n_rot dims of each head: pair (i, i + n_rot/2) rotates by theta_i =
 /// pos * base^(-2i/n_rot), computed as ggml does (float theta_scale = powf(base, -2/n_rot),
 /// theta multiplied by it once per pair, cos/sin in float). Dims >= n_rot are untouched.

@@ -106,8 +106,12 @@ float MaxOf(const float* HWY_RESTRICT x, int64_t n) {
 }
 
 // sum of exp(x[i] - max), each exp in float, summed in double; the exps go to out[0, n) when out
-// is not null (out may be x).
-double SumExpF64(const float* x, int64_t n, float max, float* out) {
+// is not null (out may be x). With `stop` (out null), every kStopCheck vectors the sum so far is
+// passed to it, and a true answer ends the sum there (*stopped set; the partial sum returned).
+constexpr int64_t kStopCheck = 32;
+template <class Stop>
+double SumExpF64Until(const float* x, int64_t n, float max, float* out, const Stop& stop,
+                      bool* stopped) {
   const DF d;
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> dfh;
@@ -120,20 +124,28 @@ double SumExpF64(const float* x, int64_t n, float max, float* out) {
     // The two halves of each vector of exps promoted from the register (the same lanes and order
     // as through memory below; a store and two half-width reloads stalled on forwarding).
     const hn::Half<DF> dhalf;
-    for (; i + N <= n; i += N) {
+    for (int64_t v = 1; i + N <= n; i += N, ++v) {
       const VF e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax));
       if (out) hn::StoreU(e, d, out + i);
       sum = hn::Add(sum, hn::PromoteTo(dd, hn::LowerHalf(dhalf, e)));
       sum = hn::Add(sum, hn::PromoteTo(dd, hn::UpperHalf(dhalf, e)));
+      if (v % kStopCheck == 0 && stop(hn::GetLane(hn::SumOfLanes(dd, sum)))) {
+        *stopped = true;
+        return hn::GetLane(hn::SumOfLanes(dd, sum));
+      }
     }
   }
 #endif
   alignas(64) float scratch[HWY_MAX_BYTES / sizeof(float)];
-  for (; i + N <= n; i += N) {
+  for (int64_t v = 1; i + N <= n; i += N, ++v) {
     float* e = out ? out + i : scratch;
     hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vmax)), d, e);
     for (int64_t j = 0; j < N; j += NH)
       sum = hn::Add(sum, hn::PromoteTo(dd, hn::LoadU(dfh, e + j)));
+    if (v % kStopCheck == 0 && stop(hn::GetLane(hn::SumOfLanes(dd, sum)))) {
+      *stopped = true;
+      return hn::GetLane(hn::SumOfLanes(dd, sum));
+    }
   }
   double s = hn::GetLane(hn::SumOfLanes(dd, sum));
   for (; i < n; ++i) {
@@ -142,6 +154,12 @@ double SumExpF64(const float* x, int64_t n, float max, float* out) {
     s += e;
   }
   return s;
+}
+
+double SumExpF64(const float* x, int64_t n, float max, float* out) {
+  bool stopped = false;
+  return SumExpF64Until(
+      x, n, max, out, [](double) { return false; }, &stopped);
 }
 
 void SoftmaxImpl(float* x, int64_t n) {
@@ -207,6 +225,19 @@ float SoftmaxProbImpl(const float* x, int64_t n, int64_t at) {
   const float max = MaxOf(x, n);
   const double s = SumExpF64(x, n, max, nullptr);
   return static_cast<float>(static_cast<double>(std::exp(x[at] - max)) / s);
+}
+
+// SoftmaxProbImpl's value from its sum, or from a partial sum once that gives less than `below`
+// (the sum and the division as SoftmaxProbImpl: double and float rounding are monotone, so a
+// larger sum never gives a larger probability).
+float SoftmaxProbAboveImpl(const float* x, int64_t n, int64_t at, float below) {
+  const float max = MaxOf(x, n);
+  const double e_at = static_cast<double>(std::exp(x[at] - max));
+  const auto prob = [e_at](double s) { return static_cast<float>(e_at / s); };
+  bool stopped = false;
+  const double s = SumExpF64Until(
+      x, n, max, nullptr, [&](double partial) { return prob(partial) < below; }, &stopped);
+  return prob(s);
 }
 
 void RopeNeoxImpl(float* x, int64_t n_head, int64_t head_stride, int n_rot, int64_t pos,
@@ -382,6 +413,7 @@ HWY_EXPORT(L2NormImpl);
 HWY_EXPORT(SoftmaxImpl);
 HWY_EXPORT(ArgMaxImpl);
 HWY_EXPORT(SoftmaxProbImpl);
+HWY_EXPORT(SoftmaxProbAboveImpl);
 HWY_EXPORT(RopeNeoxImpl);
 HWY_EXPORT(UnaryImpl);
 HWY_EXPORT(BinaryImpl);
@@ -401,6 +433,10 @@ int64_t ArgMax(const float* x, int64_t n, int64_t exclude) {
 float SoftmaxProb(const float* x, int64_t n, int64_t i) {
   Check(i >= 0 && i < n, "SoftmaxProb: index {} outside [0, {})", i, n);
   return HWY_DYNAMIC_DISPATCH(SoftmaxProbImpl)(x, n, i);
+}
+float SoftmaxProbAbove(const float* x, int64_t n, int64_t i, float below) {
+  Check(i >= 0 && i < n, "SoftmaxProbAbove: index {} outside [0, {})", i, n);
+  return HWY_DYNAMIC_DISPATCH(SoftmaxProbAboveImpl)(x, n, i, below);
 }
 
 void RopeNeox(float* x, int64_t n_head, int64_t head_dim, int64_t head_stride, int n_rot,

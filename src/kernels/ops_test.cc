@@ -111,11 +111,32 @@ TEST(Ops, ArgMaxAndSoftmaxProbMatchTwinsOnEveryTarget) {
         for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
           const float got = SoftmaxProb(x.data(), n, i), want = ref::SoftmaxProb(x.data(), n, i);
           ASSERT_NEAR(got, want, 8 * kUlp * want + 1e-37f) << "n " << n << " i " << i;
+          // SoftmaxProbAbove: SoftmaxProb's bits when that reaches `below`, else a value in
+          // [SoftmaxProb, below).
+          for (float below : {-1.0f, 0.0f, 1e-6f, 0.5f, got, std::nextafter(got, 2.0f), 1.0f}) {
+            const float above = SoftmaxProbAbove(x.data(), n, i, below);
+            if (got >= below) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(above), std::bit_cast<uint32_t>(got))
+                  << "n " << n << " i " << i << " below " << below;
+            } else {
+              ASSERT_LT(above, below) << "n " << n << " i " << i << " below " << below;
+              ASSERT_GE(above, got) << "n " << n << " i " << i << " below " << below;
+            }
+          }
+        }
+        // On a wide row an unlikely index stops early: the value is the partial sum's, above the
+        // exact one (so the early path ran).
+        if (n >= 4096) {
+          const auto z = Random(n, -8.0f, 8.0f, 12);  // no dominating logit
+          const float exact = SoftmaxProb(z.data(), n, n / 2);
+          ASSERT_LT(exact, 0.01f);
+          EXPECT_GT(SoftmaxProbAbove(z.data(), n, n / 2, 0.5f), exact);
         }
       }
     }
   }
   EXPECT_THROW(SoftmaxProb(nullptr, 0, 0), Error);
+  EXPECT_THROW(SoftmaxProbAbove(nullptr, 0, 0, 0.5f), Error);
 }
 
 // The KV cache's F16 rows: every target gives base/fp16.h's bits, for random values across the
