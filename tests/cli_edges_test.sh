@@ -36,6 +36,10 @@ if grep -q "this model was trained on" <<<"$out"; then echo "FAIL: run's default
 expect 2 "ctx-size: Value -5 not in range" run -p hi -c -5
 expect 2 "ctx-size: Value 99999999999 not in range" run -p hi -c 99999999999
 expect 2 "ctx-size: Value 0 not in range" bench -c 0
+# run --stats: a pass kind of the mode that ran no pass shows "-", not a time or expert count of 0
+# (this answer fits one diffusion block: no commit pass).
+expect 0 "ms per pass: prefill [0-9.]+, denoise [0-9.]+, commit -$" run -t 1 --mode diffusion --chat -p "What is 7 plus 5?" --stats
+expect 0 "\(U\): prefill [0-9.]+, denoise [0-9.]+, commit - \(of" run -t 1 --mode diffusion --chat -p "What is 7 plus 5?" --stats
 # --threshold and --block-size: 0 is out of range, not "the model's default".
 expect 2 "--threshold must be in \(0, 1\] \(got 0\)" run -p hi --mode diffusion --threshold 0
 expect 2 "--threshold must be in \(0, 1\] \(got 0\)" serve --port 0 --threshold 0

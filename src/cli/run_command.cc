@@ -7,8 +7,10 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "base/error.h"
 #include "cli/commands.h"
@@ -249,7 +251,14 @@ void Run(const RunFlags& f) {
     // "prefill P, <kind> V, ..." with one value per kind of the mode, each formatted with
     // `value_spec`.
     auto kinds = [&](auto prefill, auto ar_v, auto first, auto second, const char* value_spec) {
-      auto value = [&](auto v) { return fmt::format(fmt::runtime(value_spec), v); };
+      // A kind that ran no pass has no time or expert count: "-".
+      auto value = [&]<class V>(V v) {
+        if constexpr (std::is_same_v<V, std::optional<double>>) {
+          return v ? fmt::format(fmt::runtime(value_spec), *v) : std::string("-");
+        } else {
+          return fmt::format(fmt::runtime(value_spec), v);
+        }
+      };
       if (ar) return fmt::format("prefill {}, ar {}", value(prefill), value(ar_v));
       return fmt::format("prefill {}, {} {}, {} {}", value(prefill), first_kind, value(first),
                          second_kind, value(second));
@@ -264,18 +273,22 @@ void Run(const RunFlags& f) {
                    static_cast<long long>(st.fused_passes), static_cast<long long>(st.fused_hits),
                    first_kind);
     }
-    auto ms = [](double s, int64_t n) { return n > 0 ? 1000.0 * s / n : 0.0; };
+    auto ms = [](double s, int64_t n) {
+      return n > 0 ? std::optional<double>(1000.0 * s / static_cast<double>(n)) : std::nullopt;
+    };
     if (params.grammar) {
       std::fprintf(stderr, "crossword: grammar: %lld masks, %.3f ms per mask\n",
                    static_cast<long long>(st.grammar_masks),
-                   ms(st.grammar_seconds, st.grammar_masks));
+                   ms(st.grammar_seconds, st.grammar_masks).value_or(0.0));
     }
     std::fprintf(stderr, "crossword: ms per pass: %s\n",
                  kinds(ms(st.prefill_seconds, st.prefill_passes), ms(st.ar_seconds, st.ar_passes),
                        ms(st.denoise_seconds, st.denoise_passes),
                        ms(st.commit_seconds, st.commit_passes), "{:.2f}")
                      .c_str());
-    auto per = [](double sum, int64_t n) { return n > 0 ? sum / static_cast<double>(n) : 0.0; };
+    auto per = [](double sum, int64_t n) {
+      return n > 0 ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
+    };
     std::fprintf(stderr,
                  "crossword: distinct experts per MoE layer per pass (U): %s (of %d, top-%d)\n",
                  kinds(per(st.prefill_experts, st.prefill_passes), per(st.ar_experts, st.ar_passes),

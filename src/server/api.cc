@@ -130,6 +130,10 @@ namespace {
 // Integer's checks; `alt` names what else the field takes (appended to both messages).
 int64_t IntegerIn(const json& v, const std::string& param, int64_t lo, int64_t hi,
                   const std::string& alt) {
+  if (v.is_number_float()) {  // 3.5, or an integer too large for JSON's integers (1e20)
+    BadRequest(param, "'" + param + "' must be an integer in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "]" + alt + " (got " + v.dump() + ")");
+  }
   if (!v.is_number_integer() && !v.is_number_unsigned()) {
     WrongType(param, ("an integer" + alt).c_str(), v);
   }

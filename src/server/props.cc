@@ -12,10 +12,6 @@ namespace crossword::server {
 
 using json = nlohmann::ordered_json;
 
-namespace {
-
-// A float setting as the shortest decimal that reads back as the same float (0.95f as 0.95, not
-// the 0.949999988079071 that widening it to a double would print).
 double FloatJson(float v) {
   char buf[32];
   const char* end = std::to_chars(buf, buf + sizeof(buf), v).ptr;
@@ -23,8 +19,6 @@ double FloatJson(float v) {
   std::from_chars(buf, end, d);
   return d;
 }
-
-}  // namespace
 
 json ParamsJson(const decode::DecodeParams& p) {
   const decode::SamplingParams& s = p.sampling;

@@ -369,10 +369,10 @@ void Server::Impl::HandleModels(const http::Request&, http::Response& res) {
                       {"n_slots", options.n_slots},
                       {"mode", decode::ModeName(defaults.params.mode)},
                       {"block_size", defaults.params.block_size},
-                      {"threshold", defaults.params.threshold},
+                      {"threshold", FloatJson(defaults.params.threshold)},
                       {"draft_max",
                        defaults.params.draft_auto ? json("auto") : json(defaults.params.draft_max)},
-                      {"draft_p_min", defaults.params.draft_p_min}}}});
+                      {"draft_p_min", FloatJson(defaults.params.draft_p_min)}}}});
   }
   res.set_content(Dump({{"object", "list"}, {"data", data}}), "application/json");
 }

@@ -116,6 +116,10 @@ struct Server::Impl {
 /// llama-server's "params" / generation_settings object of decoding parameters (props.cc).
 nlohmann::ordered_json ParamsJson(const decode::DecodeParams& p);
 
+/// A float setting as the shortest decimal that reads back as the same float (0.95f as 0.95, not
+/// the 0.949999988079071 that widening it to a double would print); props.cc.
+double FloatJson(float v);
+
 /// Writes the error's body in `shape` with the error's status.
 void SendError(http::Response& res, const ApiError& e, ErrorShape shape = ErrorShape::kOpenAi);
 

@@ -45,6 +45,9 @@ check("wrong types and out-of-range values are a 400 naming the field", async ()
   await expectError({ messages: m, max_tokens: 0 }, 400, "max_tokens");
   await expectError({ messages: m, max_tokens: -3 }, 400, "max_tokens");
   await expectError({ messages: m, max_tokens: "5" }, 400, "max_tokens");
+  // A number too large for JSON's integers is still an integer question: the message gives the range.
+  assert.match((await expectError({ messages: m, max_tokens: 1e20 }, 400, "max_tokens")).message,
+               /must be an integer in \[-?\d+, \d+\] \(got 1e\+20\)/);
   await expectError({ messages: m, max_completion_tokens: 1.5 }, 400, "max_completion_tokens");
   await expectError({ messages: m, temperature: "hot" }, 400, "temperature");
   await expectError({ messages: m, top_p: 2 }, 400, "top_p");
@@ -68,7 +71,7 @@ check("wrong types and out-of-range values are a 400 naming the field", async ()
   for (const [field, value, want] of [
     ["draft_max", 300, /must be in \[0, 255\] or "auto" \(got 300\)/],
     ["draft_max", "AUTO", /must be an integer in \[0, 255\] or "auto" \(got "AUTO"\)/],
-    ["draft_max", 1.5, /must be an integer or "auto"/],
+    ["draft_max", 1.5, /must be an integer in \[0, 255\] or "auto" \(got 1\.5\)/],
     ["verify_chunk", -1, /must be in \[0, 256\] or "auto" \(got -1\)/],
     ["verify_chunk", "all", /must be an integer in \[0, 256\] or "auto"/],
   ]) {
