@@ -366,30 +366,36 @@ TEST(MatMulRef, DotRowEqualsDequantizedDoubleDot) {
   }
 }
 
+// Widths: 512 (16 blocks of 32, one lane count of Q8_0 scales on AVX-512), 128 (4 blocks: the
+// embedded model's rows) and 608 (19 blocks: a full group and a partial one); K-quants need 256.
 TEST(PrepareActivations, BitExactWithScalarTwinOnEveryTarget) {
   TargetGuard guard;
   std::mt19937 rng(11);
   ThreadPool pool(2);
-  const int64_t n_in = 512, n_rows = 7;
-  auto x = RandomActs(n_rows, n_in, rng);
-  x[5] = 7e4f;     // overflows f16
-  x[6] = 1e-6f;    // f16 subnormal
-  x[7] = -3e-39f;  // f32 subnormal
-  x[2 * n_in + 40] = -x[2 * n_in + 40];
-  for (int64_t k = 0; k < 32; ++k) x[3 * n_in + k] = (k % 2 ? 1.0f : -1.0f) * 0.5f;  // ties
-  for (GgmlType type :
-       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
-    Activations want, got;
-    want.Reserve(n_rows, n_in);
-    got.Reserve(n_rows, n_in);
-    ref::PrepareActivations(type, x.data(), n_rows, n_in, n_in, want);
-    for (int64_t target : AvailableTargets()) {
-      ForceTargetForTest(target);
-      PrepareActivations(type, x.data(), n_rows, n_in, n_in, got, pool);
-      ASSERT_EQ(got.row_stride(), want.row_stride());
-      for (int64_t r = 0; r < n_rows; ++r) {
-        EXPECT_EQ(std::memcmp(got.row(r), want.row(r), want.row_stride()), 0)
-            << TargetName(target) << " " << TypeName(type) << " row " << r;
+  for (const int64_t n_in : {512, 128, 608}) {
+    const int64_t n_rows = 7;
+    auto x = RandomActs(n_rows, n_in, rng);
+    x[5] = 7e4f;     // overflows f16
+    x[6] = 1e-6f;    // f16 subnormal
+    x[7] = -3e-39f;  // f32 subnormal
+    x[2 * n_in + 40] = -x[2 * n_in + 40];
+    for (int64_t k = 0; k < 32; ++k) x[3 * n_in + k] = (k % 2 ? 1.0f : -1.0f) * 0.5f;  // ties
+    for (int64_t k = 0; k < 32; ++k) x[4 * n_in + 32 + k] = 0.0f;  // an all-zero block
+    for (GgmlType type :
+         {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+      if (type == GgmlType::kQ4_K && n_in % 256 != 0) continue;
+      Activations want, got;
+      want.Reserve(n_rows, n_in);
+      got.Reserve(n_rows, n_in);
+      ref::PrepareActivations(type, x.data(), n_rows, n_in, n_in, want);
+      for (int64_t target : AvailableTargets()) {
+        ForceTargetForTest(target);
+        PrepareActivations(type, x.data(), n_rows, n_in, n_in, got, pool);
+        ASSERT_EQ(got.row_stride(), want.row_stride());
+        for (int64_t r = 0; r < n_rows; ++r) {
+          EXPECT_EQ(std::memcmp(got.row(r), want.row(r), want.row_stride()), 0)
+              << TargetName(target) << " " << TypeName(type) << " n_in " << n_in << " row " << r;
+        }
       }
     }
   }
