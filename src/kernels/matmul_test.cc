@@ -366,8 +366,8 @@ TEST(MatMulRef, DotRowEqualsDequantizedDoubleDot) {
   }
 }
 
-// Widths: 512 (16 blocks of 32, one lane count of Q8_0 scales on AVX-512), 128 (4 blocks: the
-// embedded model's rows) and 608 (19 blocks: a full group and a partial one); K-quants need 256.
+// Widths: 512 (16 blocks of 32), 128 (4 blocks: the embedded model's rows) and 608 (19 blocks, not
+// a multiple of any target's lane count); K-quants need multiples of 256.
 TEST(PrepareActivations, BitExactWithScalarTwinOnEveryTarget) {
   TargetGuard guard;
   std::mt19937 rng(11);
