@@ -106,12 +106,11 @@ float MaxOf(const float* HWY_RESTRICT x, int64_t n) {
 }
 
 // sum of exp(x[i] - max), each exp in float, summed in double; the exps go to out[0, n) when out
-// is not null (out may be x). With `stop` (out null), every kStopCheck vectors the sum so far is
-// passed to it, and a true answer ends the sum there (*stopped set; the partial sum returned).
+// is not null (out may be x). Every kStopCheck vectors the sum so far is passed to `stop`, and a
+// true answer ends the sum there, returning that partial sum (callers that stop pass out null).
 constexpr int64_t kStopCheck = 32;
 template <class Stop>
-double SumExpF64Until(const float* x, int64_t n, float max, float* out, const Stop& stop,
-                      bool* stopped) {
+double SumExpF64Until(const float* x, int64_t n, float max, float* out, const Stop& stop) {
   const DF d;
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> dfh;
@@ -130,7 +129,6 @@ double SumExpF64Until(const float* x, int64_t n, float max, float* out, const St
       sum = hn::Add(sum, hn::PromoteTo(dd, hn::LowerHalf(dhalf, e)));
       sum = hn::Add(sum, hn::PromoteTo(dd, hn::UpperHalf(dhalf, e)));
       if (v % kStopCheck == 0 && stop(hn::GetLane(hn::SumOfLanes(dd, sum)))) {
-        *stopped = true;
         return hn::GetLane(hn::SumOfLanes(dd, sum));
       }
     }
@@ -143,7 +141,6 @@ double SumExpF64Until(const float* x, int64_t n, float max, float* out, const St
     for (int64_t j = 0; j < N; j += NH)
       sum = hn::Add(sum, hn::PromoteTo(dd, hn::LoadU(dfh, e + j)));
     if (v % kStopCheck == 0 && stop(hn::GetLane(hn::SumOfLanes(dd, sum)))) {
-      *stopped = true;
       return hn::GetLane(hn::SumOfLanes(dd, sum));
     }
   }
@@ -157,9 +154,7 @@ double SumExpF64Until(const float* x, int64_t n, float max, float* out, const St
 }
 
 double SumExpF64(const float* x, int64_t n, float max, float* out) {
-  bool stopped = false;
-  return SumExpF64Until(
-      x, n, max, out, [](double) { return false; }, &stopped);
+  return SumExpF64Until(x, n, max, out, [](double) { return false; });
 }
 
 void SoftmaxImpl(float* x, int64_t n) {
@@ -234,10 +229,8 @@ float SoftmaxProbAboveImpl(const float* x, int64_t n, int64_t at, float below) {
   const float max = MaxOf(x, n);
   const double e_at = static_cast<double>(std::exp(x[at] - max));
   const auto prob = [e_at](double s) { return static_cast<float>(e_at / s); };
-  bool stopped = false;
-  const double s = SumExpF64Until(
-      x, n, max, nullptr, [&](double partial) { return prob(partial) < below; }, &stopped);
-  return prob(s);
+  return prob(
+      SumExpF64Until(x, n, max, nullptr, [&](double partial) { return prob(partial) < below; }));
 }
 
 void RopeNeoxImpl(float* x, int64_t n_head, int64_t head_stride, int n_rot, int64_t pos,
