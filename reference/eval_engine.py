@@ -7,9 +7,10 @@ reference): accuracy, tokens per forward pass, drafts accepted per spec round, g
 
 --extra adds spec variants (EXTRA_MODES: spec-auto = --draft-max auto, spec-budget = the draft
 expert budget, spec-auto-budget, spec-d3 / spec-d7 = --draft-max 3 / 7, spec-nochunk = verify
-without chunks, --verify-chunk 0); --reps N runs every mode N times and reports the median tokens/s with its
-range and the median of the per-run ratios to ar (answers must not change). Within a run the modes
-take turns over chunks of 6 questions (their order rotating), so every mode meets the same machine.
+without chunks, --verify-chunk 0); --reps N runs every mode N times and reports the median
+tokens/s with its range and the median of the per-run ratios to ar (answers must not change).
+Within a run the modes take turns over chunks of 6 questions (their order rotating), so every
+mode meets the same machine.
 
 Greedy without penalties (as the reference decodes); each prompt is the held-out item's rendered
 chat prompt, tokenized by the server with special tokens parsed.
@@ -101,8 +102,8 @@ def main():
             # questions: a question asked again at once would find its prompt in the server's cache
             # and skip the prefill, which also wakes the thread pool before the timed passes.
             acc_of = {name: {"right": 0, "gen": 0, "passes": 0, "gen_ms": 0.0, "acc": 0.0, "rounds": 0,
-                             "answers": [None] * len(items), "per_kind": {}} for name, _, _ in modes}
-            t0 = time.time()
+                             "wall": 0.0, "answers": [None] * len(items), "per_kind": {}}
+                      for name, _, _ in modes}
             for q0 in range(0, len(items), CHUNK):
                 turn = q0 // CHUNK % len(modes)
                 for name, mode, kw in modes[turn:] + modes[:turn]:
@@ -112,7 +113,9 @@ def main():
                         body = {"prompt": ids, "max_tokens": a.max_tokens, "temperature": 0,
                                 "presence_penalty": 0, "frequency_penalty": 0, "repeat_penalty": 1.0,
                                 "crossword": {"mode": mode, **kw}}
+                        t0 = time.time()
                         r = post(port, "/v1/completions", body)
+                        c["wall"] += time.time() - t0
                         text, t = r["choices"][0]["text"], r["timings"]
                         ok = is_correct(it["kind"], text, it["expected"])
                         c["right"] += ok
@@ -125,13 +128,12 @@ def main():
                         c["rounds"] += t["rounds"]
                         c["acc"] += t["mean_accepted"] * t["rounds"]
                         c["answers"][q] = text
-            wall = time.time() - t0
             for name, mode, kw in modes:
                 c = acc_of[name]
                 right, gen, passes, gen_ms, answers = c["right"], c["gen"], c["passes"], c["gen_ms"], c["answers"]
                 res = {"accuracy": right / len(items), "right": right, "n": len(items),
                        "tokens_per_pass": gen / max(1, passes), "generated": gen, "forward_passes": passes,
-                       "tokens_per_s": gen / (gen_ms / 1e3) if gen_ms else 0.0, "wall_s": wall,
+                       "tokens_per_s": gen / (gen_ms / 1e3) if gen_ms else 0.0, "wall_s": c["wall"],
                        "per_kind": c["per_kind"], "answers": answers}
                 if mode == "spec":
                     res["mean_accepted"] = c["acc"] / max(1, c["rounds"])
