@@ -431,18 +431,46 @@ void CpuExecutor::MoeLayer(int il, int64_t r0, int64_t T, RowScratch& s, CpuCont
   }
   kernels::MatMul(jobs, pool);
 
-  // Combine in selection order, then add the sigmoid-gated shared expert.
-  for (int64_t t = 0; t < T; ++t) {
-    float* out = cur + t * E;
-    std::memset(out, 0, sizeof(float) * E);
-    for (int j = 0; j < k; ++j)
-      kernels::AddScaled(down + (t * k + j) * E, topk_w[t * k + j], out, E);
-    if (shared) {
-      const float* ht = h + t * E;
-      double dot = 0.0;
-      for (int64_t i = 0; i < E; ++i) dot += static_cast<double>(L.ffn_gate_inp_shexp[i]) * ht[i];
-      const float gate = 1.0f / (1.0f + std::exp(-static_cast<float>(dot)));
-      kernels::AddScaled(sh + t * E, gate, out, E);
+  // Combine in selection order, then add the sigmoid-gated shared expert. The gate's dot product
+  // is summed in double, term by term in order (float x float is exact in double, so each row
+  // gets the bits of a one-row pass); four rows at a time keep four chains of dependent additions
+  // in flight instead of one (E of them per row, ~4 cycles each).
+  constexpr int64_t kGateRows = 4;
+  const float* wg = L.ffn_gate_inp_shexp.data();
+  for (int64_t t0 = 0; t0 < T; t0 += kGateRows) {
+    const int64_t nr = std::min(kGateRows, T - t0);
+    std::array<double, kGateRows> dot{};
+    if (shared && nr == kGateRows) {
+      const float* h0 = h + t0 * E;
+      const float *h1 = h0 + E, *h2 = h1 + E, *h3 = h2 + E;
+      double d0 = 0.0, d1 = 0.0, d2 = 0.0, d3 = 0.0;
+      for (int64_t i = 0; i < E; ++i) {
+        const double w = wg[i];
+        d0 += w * h0[i];
+        d1 += w * h1[i];
+        d2 += w * h2[i];
+        d3 += w * h3[i];
+      }
+      dot = {d0, d1, d2, d3};
+    } else if (shared) {
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* ht = h + (t0 + r) * E;
+        double d = 0.0;
+        for (int64_t i = 0; i < E; ++i) d += static_cast<double>(wg[i]) * ht[i];
+        dot[static_cast<size_t>(r)] = d;
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t t = t0 + r;
+      float* out = cur + t * E;
+      std::memset(out, 0, sizeof(float) * E);
+      for (int j = 0; j < k; ++j)
+        kernels::AddScaled(down + (t * k + j) * E, topk_w[t * k + j], out, E);
+      if (shared) {
+        const float gate =
+            1.0f / (1.0f + std::exp(-static_cast<float>(dot[static_cast<size_t>(r)])));
+        kernels::AddScaled(sh + t * E, gate, out, E);
+      }
     }
   }
 }
