@@ -757,7 +757,14 @@ CW_VNNI int32_t DpbusdChains(int64_t rounds) {
   }
   __m512i sum = acc[0];
   CW_UNROLL for (int i = 1; i < kChains; ++i) sum = _mm512_add_epi32(sum, acc[i]);
-  return _mm512_reduce_add_epi32(sum);
+  // The lanes added as unsigned (wrapping) numbers: long runs overflow int32, and GCC's
+  // _mm512_reduce_add_epi32 adds them as signed ints, undefined behaviour (UBSan reported it in
+  // Int8PeakRate's test). Only the instructions' count matters, not the value.
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, sum);
+  uint32_t total = 0;
+  for (uint32_t v : lanes) total += v;
+  return static_cast<int32_t>(total);
 }
 
 CW_BF16 void Bf16Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1) {
