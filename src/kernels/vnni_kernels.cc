@@ -196,6 +196,21 @@ CW_VNNI inline void TileKernel(Q4Chunk c, int nb, const int8_t* const* xq, const
   Q4Kernel<R>(c.q, c.d, nb, xq, xd, xs, acc, pf);
 }
 
+// The codes, block scales and block sums of activation rows [i0, i0 + R) from block b0 on, and
+// their output rows (column 0), for a register tile.
+template <int R>
+CW_VNNI inline void RegisterTileRows(const JobRows& rows, int64_t i0, int64_t b0, const int8_t** xq,
+                                     const float** xd, const int32_t** xs, float** y) {
+  const Activations& x = *rows.x;
+  CW_UNROLL for (int r = 0; r < R; ++r) {
+    const RowPtrs rp = RowAt(rows, i0 + r);
+    xq[r] = reinterpret_cast<const int8_t*>(rp.x) + b0 * 32;
+    xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset()) + b0;
+    xs[r] = reinterpret_cast<const int32_t*>(rp.x + x.sums_offset()) + b0;
+    y[r] = rp.y;
+  }
+}
+
 // Activation rows [i0, i0 + R) against one chunk (blocks [b0, b0 + nb)) of a 16-row tile,
 // into output columns [ot, ot + 16) (mask: the valid ones); `first` starts the sums at 0.
 template <int R, class Tiles>
@@ -206,13 +221,9 @@ CW_VNNI void TileRows(Tiles tiles, int nb, int64_t b0, const JobRows& rows, int6
   const int32_t* xs[R];
   float* y[R];
   __m512 acc[R];
-  const Activations& x = *rows.x;
+  RegisterTileRows<R>(rows, i0, b0, xq, xd, xs, y);
   CW_UNROLL for (int r = 0; r < R; ++r) {
-    const RowPtrs rp = RowAt(rows, i0 + r);
-    xq[r] = reinterpret_cast<const int8_t*>(rp.x) + b0 * 32;
-    xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset()) + b0;
-    xs[r] = reinterpret_cast<const int32_t*>(rp.x + x.sums_offset()) + b0;
-    y[r] = rp.y + ot;
+    y[r] += ot;
     acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y[r]);
   }
   TileKernel<R>(tiles, nb, xq, xd, xs, acc, pf);
@@ -255,14 +266,7 @@ CW_VNNI void RowsOfTiles(const PackedBlock* tiles, int nb, const JobRows& rows, 
   const float* xd[R];
   const int32_t* xs[R];
   float* y[R];
-  const Activations& x = *rows.x;
-  CW_UNROLL for (int r = 0; r < R; ++r) {
-    const RowPtrs rp = RowAt(rows, i0 + r);
-    xq[r] = reinterpret_cast<const int8_t*>(rp.x);
-    xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset());
-    xs[r] = reinterpret_cast<const int32_t*>(rp.x + x.sums_offset());
-    y[r] = rp.y;
-  }
+  RegisterTileRows<R>(rows, i0, 0, xq, xd, xs, y);
   const SpreadPrefetch none;
   for (int64_t ot = ot0; ot < ot1; ot += kOTile) {
     const int nv = static_cast<int>(std::min<int64_t>(kOTile, o1 - ot));
@@ -610,7 +614,6 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
   if (w.type == GgmlType::kQ4_0 && (prepacked || rows.n_rows < kQ4ExpandRows)) {
     return Q4TileRows(w, rows, o0, o1, static_cast<const uint8_t*>(prepacked ? w.packed : nullptr));
   }
-  alignas(64) PackedBlock scratch[kChunkBlocks];
   const int64_t nblocks = w.n_in / 32;
   if (prepacked && nblocks <= kShortRowBlocks) {
     // Short rows (the embedded model's 128 columns: 4 blocks) from a copy, any row count: the
@@ -633,6 +636,7 @@ CW_VNNI void Q8Tile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1
     }
     return;
   }
+  alignas(64) PackedBlock scratch[kChunkBlocks];
   const auto* base = static_cast<const uint8_t*>(w.data);
   // Software prefetches for the copy (below): with 4+ rows, and with 2-3 rows of 512+ columns
   // (a real-width routed expert with the 1-3 rows a 32-row pass gives it: BM_MoeExperts Q8_0 U 165,
