@@ -340,10 +340,10 @@ BENCHMARK(BM_GatedDeltaRuleEmbedded)
 
 // Attention at Clover widths (16 q heads interleaved with gates, 2 kv heads, head_dim 256, F16
 // cache). Args: T, n_past, threads. T = 1 is a decode step; T = 512, n_past = 0 a prompt.
-void BM_Attention(benchmark::State& state) {
+// BM_AttentionEmbedded: the embedded model's 4 q heads / 2 kv heads of 32.
+void AttentionBench(benchmark::State& state, int n_head, int n_head_kv, int64_t D) {
   const int64_t T = state.range(0), n_past = state.range(1);
-  const int n_head = 16, n_head_kv = 2;
-  const int64_t D = 256, n_kv = n_past + T;
+  const int64_t n_kv = n_past + T;
   const auto q = MakeActs(T * n_head * 2 * D);
   std::vector<uint16_t> kv(n_kv * n_head_kv * D);
   const auto kvf = MakeActs(kv.size());
@@ -371,6 +371,15 @@ void BM_Attention(benchmark::State& state) {
   state.counters["tok/s"] =
       benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_Attention(benchmark::State& state) { AttentionBench(state, 16, 2, 256); }
+void BM_AttentionEmbedded(benchmark::State& state) { AttentionBench(state, 4, 2, 32); }
+BENCHMARK(BM_AttentionEmbedded)
+    ->Args({1, 64, 1})
+    ->Args({32, 64, 1})
+    ->Args({32, 64, 2})
+    ->ArgNames({"T", "n_past", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Attention)
     ->Args({1, 512, 2})
     ->Args({1, 8192, 2})

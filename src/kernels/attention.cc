@@ -95,37 +95,66 @@ HWY_INLINE void ChunkScores(const float* HWY_RESTRICT q, const float* HWY_RESTRI
 }
 #endif
 
-// Vectors of output columns one query keeps in registers while it adds a chunk's values.
-constexpr int kValueTile = 8;
+// Queries whose value sums run side by side (kQueryGroup), and the vectors of output columns
+// each keeps in registers while a chunk's values are added (kValueTile): 4 x 4 accumulators.
+constexpr int kQueryGroup = 4;
+constexpr int kValueTile = 4;
 
-// acc[0, NV lanes) = acc * corr + sum over keys j < nk of s[j] * vf_j (value rows Dp floats apart),
-// the keys added in order as before. The columns stay in NV registers across the keys, so each
-// key costs one broadcast and NV loads for NV multiply-adds (per column vector, as the loop had
-// it, a key cost a load and a broadcast per multiply-add).
-template <int NV>
-HWY_INLINE void AccumulateValues(float* HWY_RESTRICT acc, const float* HWY_RESTRICT vf, int64_t Dp,
-                                 const float* HWY_RESTRICT s, int nk, float corr) {
+// For each query q < QB: acc_q[0, NV lanes) = acc_q * corr_q + sum over keys j < nk of
+// s_q[j] * vf_j (value rows Dp floats apart), the keys added in order. Every query's columns stay
+// in registers across the keys, so each key costs NV loads shared by the QB queries, one broadcast
+// per query, and QB x NV independent multiply-adds: one query's NV chains of nk dependent
+// multiply-adds were latency-bound at the embedded model's NV = 2. Each accumulator sees the
+// operations of a one-query call in the same order, so the bits do not depend on QB.
+template <int QB, int NV>
+HWY_INLINE void AccumulateValues(float* const* HWY_RESTRICT acc, const float* HWY_RESTRICT vf,
+                                 int64_t Dp, const float* const* HWY_RESTRICT s, int nk,
+                                 const float* HWY_RESTRICT corr, int64_t c) {
   using DF = hn::ScalableTag<float>;
   const DF d;
   const int64_t N = hn::Lanes(d);
-  hn::Vec<DF> o[NV];
-  const auto vc = hn::Set(d, corr);
-  HWY_UNROLL(8) for (int v = 0; v < NV; ++v) o[v] = hn::Mul(hn::Load(d, acc + v * N), vc);
-  for (int j = 0; j < nk; ++j) {
-    const auto sj = hn::Set(d, s[j]);
-    const float* row = vf + j * Dp;
-    HWY_UNROLL(8)
-    for (int v = 0; v < NV; ++v) o[v] = hn::MulAdd(sj, hn::Load(d, row + v * N), o[v]);
+  hn::Vec<DF> o[QB][NV];
+  HWY_UNROLL(4) for (int q = 0; q < QB; ++q) {
+    const auto vc = hn::Set(d, corr[q]);
+    HWY_UNROLL(4)
+    for (int v = 0; v < NV; ++v) o[q][v] = hn::Mul(hn::Load(d, acc[q] + c + v * N), vc);
   }
-  HWY_UNROLL(8) for (int v = 0; v < NV; ++v) hn::Store(o[v], d, acc + v * N);
+  for (int j = 0; j < nk; ++j) {
+    const float* row = vf + j * Dp + c;
+    hn::Vec<DF> x[NV];
+    HWY_UNROLL(4) for (int v = 0; v < NV; ++v) x[v] = hn::Load(d, row + v * N);
+    HWY_UNROLL(4) for (int q = 0; q < QB; ++q) {
+      const auto sj = hn::Set(d, s[q][j]);
+      HWY_UNROLL(4) for (int v = 0; v < NV; ++v) o[q][v] = hn::MulAdd(sj, x[v], o[q][v]);
+    }
+  }
+  HWY_UNROLL(4) for (int q = 0; q < QB; ++q) {
+    HWY_UNROLL(4) for (int v = 0; v < NV; ++v) hn::Store(o[q][v], d, acc[q] + c + v * N);
+  }
 }
 
-// AccumulateValues<n> for the n < kValueTile column vectors left after the full tiles (n <= NV).
-template <int NV>
-HWY_INLINE void AccumulateValuesRest(int n, float* acc, const float* vf, int64_t Dp, const float* s,
-                                     int nk, float corr) {
-  if (n == NV) return AccumulateValues<NV>(acc, vf, Dp, s, nk, corr);
-  if constexpr (NV > 1) AccumulateValuesRest<NV - 1>(n, acc, vf, Dp, s, nk, corr);
+// AccumulateValues<QB, NV> over all Dp columns: tiles of kValueTile vectors, then the rest.
+template <int QB>
+HWY_INLINE void AccumulateRow(float* const* acc, const float* vf, int64_t Dp, const float* const* s,
+                              int nk, const float* corr) {
+  const int64_t N = hn::Lanes(hn::ScalableTag<float>());
+  int64_t c = 0;
+  for (; c + kValueTile * N <= Dp; c += kValueTile * N) {
+    AccumulateValues<QB, kValueTile>(acc, vf, Dp, s, nk, corr, c);
+  }
+  switch ((Dp - c) / N) {
+    case 3:
+      AccumulateValues<QB, 3>(acc, vf, Dp, s, nk, corr, c);
+      break;
+    case 2:
+      AccumulateValues<QB, 2>(acc, vf, Dp, s, nk, corr, c);
+      break;
+    case 1:
+      AccumulateValues<QB, 1>(acc, vf, Dp, s, nk, corr, c);
+      break;
+    default:
+      break;
+  }
 }
 
 // Queries of tokens [t0, t1) and the heads of kv head g.
@@ -150,7 +179,7 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
   const auto acc = [&](int i) { return acc_buf + i * Dp; };
   const auto kf = [&](int j) { return kf_buf + j * Dp; };
   const auto vf = [&](int j) { return vf_buf + j * Dp; };
-  alignas(64) float s[kKeyChunk];
+  alignas(64) float s[kQueryGroup][kKeyChunk];
   float m[kMaxQRows], l[kMaxQRows];
   int64_t kv_len[kMaxQRows];
   int64_t max_len = 0;
@@ -180,42 +209,60 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
       LoadKvRow(kbase + (p * a.ldk + g * D) * esize, a.kv_type, D, kf(j));
       LoadKvRow(vbase + (p * a.ldv + g * D) * esize, a.kv_type, D, vf(j));
     }
-    for (int i = 0; i < nq; ++i) {
-      const int nk = static_cast<int>(std::min<int64_t>(n, kv_len[i] - p0));
-      if (nk <= 0) continue;
+    // Queries in groups of kQueryGroup: each one's scores and softmax update, then the group's
+    // value sums side by side when its queries attend to the same keys of this chunk (always in
+    // a denoise pass; in a causal one all but the last chunks), else one query at a time.
+    for (int i0 = 0; i0 < nq; i0 += kQueryGroup) {
+      const int qb = std::min(kQueryGroup, nq - i0);
+      int nks[kQueryGroup];
+      float corrs[kQueryGroup];
+      float* accs[kQueryGroup];
+      const float* ss[kQueryGroup];
+      bool same = true;
+      for (int u = 0; u < qb; ++u) {
+        const int i = i0 + u;
+        const int nk = static_cast<int>(std::min<int64_t>(n, kv_len[i] - p0));
+        nks[u] = nk;
+        accs[u] = acc(i);
+        ss[u] = s[u];
+        same = same && nk == nks[0];
+        if (nk <= 0) continue;
+        float* su = s[u];
 #if HWY_TARGET != HWY_SCALAR
-      ChunkScores(q(i), kf_buf, Dp, s);
+        ChunkScores(q(i), kf_buf, Dp, su);
 #else
-      for (int j = 0; j < nk; ++j) s[j] = Dot(q(i), kf(j), Dp);
+        for (int j = 0; j < nk; ++j) su[j] = Dot(q(i), kf(j), Dp);
 #endif
-      // Lanes of the scores from s + j that hold one of the nk keys this query attends to.
-      const auto valid = [&](int j) {
-        return hn::Lt(hn::Iota(d, static_cast<float>(j)), hn::Set(d, static_cast<float>(nk)));
-      };
-      // The chunk's largest score: a vector maximum over the valid keys (a maximum is exact, so
-      // the same value as a scalar loop; the scalar loop was a chain of nk dependent steps).
-      float cmax = -INFINITY;
-      for (int j = 0; j < nk; j += static_cast<int>(N)) {
-        const auto v = hn::IfThenElse(valid(j), hn::Load(d, s + j), hn::Set(d, -INFINITY));
-        cmax = std::max(cmax, hn::GetLane(hn::MaxOfLanes(d, v)));
+        // Lanes of the scores from su + j that hold one of the nk keys this query attends to.
+        const auto valid = [&](int j) {
+          return hn::Lt(hn::Iota(d, static_cast<float>(j)), hn::Set(d, static_cast<float>(nk)));
+        };
+        // The chunk's largest score: a vector maximum over the valid keys (a maximum is exact,
+        // so the same value as a scalar loop; the scalar loop was a chain of nk dependent steps).
+        float cmax = -INFINITY;
+        for (int j = 0; j < nk; j += static_cast<int>(N)) {
+          const auto v = hn::IfThenElse(valid(j), hn::Load(d, su + j), hn::Set(d, -INFINITY));
+          cmax = std::max(cmax, hn::GetLane(hn::MaxOfLanes(d, v)));
+        }
+        const float m_new = std::max(m[i], cmax);
+        corrs[u] = std::exp(m[i] - m_new);  // 0 on the first chunk (m = -inf)
+        float psum = 0.0f;
+        for (int j = 0; j < kKeyChunk; j += static_cast<int>(N)) {
+          const auto e = hn::IfThenElseZero(
+              valid(j), hn::Exp(d, hn::Sub(hn::Load(d, su + j), hn::Set(d, m_new))));
+          hn::Store(e, d, su + j);
+          psum += hn::GetLane(hn::SumOfLanes(d, e));
+        }
+        l[i] = l[i] * corrs[u] + psum;
+        m[i] = m_new;
       }
-      const float m_new = std::max(m[i], cmax);
-      const float corr = std::exp(m[i] - m_new);  // 0 on the first chunk (m = -inf)
-      float psum = 0.0f;
-      for (int j = 0; j < kKeyChunk; j += static_cast<int>(N)) {
-        const auto e = hn::IfThenElseZero(
-            valid(j), hn::Exp(d, hn::Sub(hn::Load(d, s + j), hn::Set(d, m_new))));
-        hn::Store(e, d, s + j);
-        psum += hn::GetLane(hn::SumOfLanes(d, e));
+      if (same && qb == kQueryGroup) {
+        if (nks[0] > 0) AccumulateRow<kQueryGroup>(accs, vf_buf, Dp, ss, nks[0], corrs);
+        continue;
       }
-      l[i] = l[i] * corr + psum;
-      m[i] = m_new;
-      int64_t c = 0;
-      for (; c + kValueTile * N <= Dp; c += kValueTile * N) {
-        AccumulateValues<kValueTile>(acc(i) + c, vf_buf + c, Dp, s, nk, corr);
+      for (int u = 0; u < qb; ++u) {
+        if (nks[u] > 0) AccumulateRow<1>(accs + u, vf_buf, Dp, ss + u, nks[u], corrs + u);
       }
-      AccumulateValuesRest<kValueTile - 1>(static_cast<int>((Dp - c) / N), acc(i) + c, vf_buf + c,
-                                           Dp, s, nk, corr);
     }
   }
   for (int i = 0; i < nq; ++i) {
