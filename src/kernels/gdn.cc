@@ -144,9 +144,6 @@ HWY_INLINE void RowsBlocked(float* HWY_RESTRICT S, const float* HWY_RESTRICT q,
 }
 #endif
 
-// Tokens [t0, t1) of v-head hv, token by token, on the [dv][dk] state. Per token and value row
-// j: a = S_j.k, b = S_j.q (old state); d = (v_j - decay*a) * beta; S_j = decay*S_j + d*k;
-// o_j = scale * (decay*b + d * k.q)  — the update written out once per row.
 // Row loop with k and q held in V registers each (dk == V * lanes): one load and one store of
 // the state row per token, nothing else touches memory.
 template <int V>

@@ -471,7 +471,8 @@ void TopKSoftmax(const float* logits, int n_expert, int k, int32_t* ids, float* 
   std::copy(logits, logits + n_expert, p);
   Softmax(p, n_expert);
   // k passes of argmax (k is 8 for Clover): strict > keeps the lower id on ties.
-  bool taken[1024] = {};
+  bool taken[1024];  // (only the n_expert used are cleared: this runs per token and layer)
+  std::fill(taken, taken + n_expert, false);
   float sum = 0.0f;
   for (int i = 0; i < k; ++i) {
     int best = -1;

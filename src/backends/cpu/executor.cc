@@ -221,6 +221,7 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
     s.counts.assign(static_cast<size_t>(hp.n_expert), 0);
     s.offsets.assign(static_cast<size_t>(hp.n_expert) + 1, 0);
     s.used.assign(static_cast<size_t>(hp.n_expert), 0);
+    s.conv_window.assign(static_cast<size_t>(std::max(0, hp.ssm_d_conv - 1) * hp.conv_dim()), 0.0f);
   }
   seq_logit_offset_.assign(options.max_seqs, 0);
   seq_logit_count_.assign(options.max_seqs, 0);
@@ -420,7 +421,7 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
       kernels::RmsNorm(x + t * E, L.attn_norm.data(), h + t * E, E, hp_.rms_eps);
     emit("attn_norm", il, h, total, E);
     if (L.is_recurrent()) {
-      GdnIn(il, r0, n, s, ctx);
+      GdnIn(il, r0, n, s, ctx, seqs, sp);
     } else {
       AttentionIn(il, r0, n, s, ctx);
     }
@@ -448,7 +449,8 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   }
   for (int il = first_layer; il < hp_.n_layer; ++il) {
     if (w_.layers[il].is_recurrent()) {
-      GdnCore(il, layer_slot_[il], lp, lsp, ctx);
+      GdnCore(il, layer_slot_[il], lp, lsp, ctx, seqs, sp,
+              std::span<const int64_t>(bound.data(), static_cast<size_t>(n_blocks) + 1));
     } else {
       AttentionCore(il, layer_slot_[il], lp, lsp, ctx);
     }

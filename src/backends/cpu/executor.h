@@ -72,6 +72,7 @@ class CpuContext final : public model::ForwardContext {
     std::vector<kernels::MatMulJob> jobs;  // capacity reserved: 2 * n_expert + 4
     std::vector<int32_t> counts, offsets;  // [n_expert], [n_expert + 1]
     std::vector<uint8_t> used;             // [n_expert]
+    std::vector<float> conv_window;        // [ssm_d_conv - 1][conv_dim] (GdnConvRows)
     double seconds = 0.0;                  // this block's time in the last row phase
     double cost = 0.0;  // seconds per row, decayed 0.8 per phase (0: not measured yet)
   };
@@ -182,10 +183,23 @@ class CpuExecutor final : public model::Executor {
   using RowScratch = CpuContext::RowScratch;
   // A layer in three parts: In and Out touch rows [r0, r0 + n) only (any block of rows, with
   // its own scratch), Core mixes the rows of each sequence (conv and recurrence, attention).
-  // In: projections of the normed input; Out: gating, the output projection into block_out.
-  void GdnIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
+  // In: projections of the normed input (GDN: also the conv, below); Out: gating, the output
+  // projection into block_out.
+  // GdnIn also runs the conv (and q/k norms) of its rows whose window stays inside the block or
+  // reaches before the sequence (chains: every sequence of the pass and its rows, a fused tail
+  // included); GdnCore the rest (the first K-1 rows of a block starting inside a sequence,
+  // `bounds` being the row blocks of the phase that ran GdnIn), then advances the conv states.
+  void GdnIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx,
+             std::span<const model::SequenceInput> seqs, std::span<const SeqSpan> chains) const;
   void GdnCore(int il, int recurrent_index, std::span<const model::SequenceInput> seqs,
-               std::span<const SeqSpan> spans, CpuContext& ctx) const;
+               std::span<const SeqSpan> spans, CpuContext& ctx,
+               std::span<const model::SequenceInput> chain_seqs, std::span<const SeqSpan> chains,
+               std::span<const int64_t> bounds) const;
+  // Conv + SiLU, then the q and k heads' L2 norms, of batch rows [t0, t1) of a sequence whose
+  // rows start at c0; the K-1 rows before c0 come from `state` (the conv state as the pass found
+  // it), `window` is room for K-1 rows. A row gets the same bits from any call.
+  void GdnConvRows(int il, int64_t t0, int64_t t1, int64_t c0, const float* state, float* window,
+                   CpuContext& ctx) const;
   void GdnOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
   void AttentionIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
   void AttentionCore(int il, int attention_index, std::span<const model::SequenceInput> seqs,

@@ -568,6 +568,25 @@ TEST(CpuExecutor, RowSplitPassesGiveTheColumnSplitBits) {
     const auto next = RandomTokens(20, 64, 1500);
     SequenceInput na{a.get(), next}, nb{b.get(), next};
     both({&na, 1}, {&nb, 1}, "after the fused pass");
+    // Prompts of 15 and 17 rows, split evenly: the second block starts at the second prompt's
+    // row 1, so its first rows' conv windows mix that sequence's conv state with the other
+    // block's row (the rows GdnCore computes after the blocks).
+    auto a3 = rows.State(), b3 = cols.State();
+    const auto p15 = RandomTokens(15, 65, 1500), p17 = RandomTokens(17, 66, 1500);
+    SequenceInput ma[2] = {{a3.get(), p15, PassKind::kCausal, LogitRows::kLast},
+                           {a2.get(), p17, PassKind::kCausal, LogitRows::kAll}};
+    SequenceInput mb[2] = {{b3.get(), p15, PassKind::kCausal, LogitRows::kLast},
+                           {b2.get(), p17, PassKind::kCausal, LogitRows::kAll}};
+    rows_ctx.set_row_block_cost(0, 1.0);
+    rows_ctx.set_row_block_cost(1, 1.0);
+    rows.exec->Forward(ma, *rows.ctx);
+    cols.exec->Forward(mb, *cols.ctx);
+    same_pass("two prompts, a block boundary at the second one's row 1");
+    EXPECT_EQ(std::memcmp(rows.ctx->logits(1).data(), cols.ctx->logits(1).data(),
+                          rows.ctx->logits(1).size() * sizeof(float)),
+              0);
+    EXPECT_EQ(GdnBytes(*a2, hp), GdnBytes(*b2, hp));
+    EXPECT_EQ(GdnBytes(*a3, hp), GdnBytes(*b3, hp));
   }
 }
 

@@ -45,7 +45,49 @@ void CpuExecutor::Project(RowScratch& s, const float* h, int64_t rows,
   kernels::MatMul(jobs, *pool_);
 }
 
-void CpuExecutor::GdnIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const {
+void CpuExecutor::GdnConvRows(int il, int64_t t0, int64_t t1, int64_t c0, const float* state,
+                              float* window, CpuContext& ctx) const {
+  if (t1 <= t0) return;
+  const int K = hp_.ssm_d_conv;
+  const int64_t C = hp_.conv_dim();
+  const int64_t ds = hp_.ssm_d_state;
+  const float* qkv = ctx.F(ctx.at_.gdn_qkv);
+  float* conv = ctx.F(ctx.at_.gdn_conv);
+  // The K-1 rows before t0, oldest first: qkv rows, or for rows before c0 the state's.
+  const float* prev = qkv + (t0 - (K - 1)) * C;
+  if (t0 == c0) {
+    prev = state;
+  } else if (t0 - c0 < K - 1) {
+    for (int i = 0; i < K - 1; ++i) {
+      const int64_t row = t0 - (K - 1) + i;
+      const float* src = row >= c0 ? qkv + row * C : state + (K - 1 - (c0 - row)) * C;
+      std::copy(src, src + C, window + i * C);
+    }
+    prev = window;
+  }
+  kernels::Conv1dArgs c;
+  c.x = qkv + t0 * C;
+  c.ldx = C;
+  c.T = t1 - t0;
+  c.C = C;
+  c.K = K;
+  c.w = w_.layers[il].ssm_conv1d.data();
+  c.state = const_cast<float*>(prev);  // read only: update_state is false
+  c.y = conv + t0 * C;
+  c.ldy = C;
+  c.update_state = false;
+  kernels::CausalConv1dSilu(c, *pool_);
+  // L2-normalize each q and k head (eps = rms eps, as llama.cpp).
+  for (int64_t t = t0; t < t1; ++t) {
+    float* row = conv + t * C;
+    for (int64_t hd = 0; hd < 2 * hp_.ssm_n_k_heads; ++hd)
+      kernels::L2Norm(row + hd * ds, ds, hp_.rms_eps);
+  }
+}
+
+void CpuExecutor::GdnIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx,
+                        std::span<const SequenceInput> seqs,
+                        std::span<const SeqSpan> chains) const {
   const LayerWeights& L = w_.layers[il];
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
@@ -73,12 +115,42 @@ void CpuExecutor::GdnIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext
     kernels::Softplus(gt, gt, n_v);
     kernels::Mul(gt, L.ssm_a.data(), gt, n_v);
   }
+
+  // The conv of this block's rows: it is short (K taps), so it runs here, on the block's thread,
+  // not serially over the whole pass, except for rows whose window reaches into the block before
+  // (the first K-1 rows of a block that starts inside a sequence): GdnCore computes those once
+  // every block's qkv rows are in. Every sequence's rows read its conv state as the pass found
+  // it; GdnCore advances the state after the layer's whole conv.
+  const int K = hp_.ssm_d_conv;
+  for (size_t q = 0; q < seqs.size(); ++q) {
+    const int64_t c0 = chains[q].row0, c1 = c0 + chains[q].T;
+    const int64_t b = std::min(r0 + n, c1);
+    int64_t a = std::max(r0, c0);
+    if (a >= b) continue;
+    if (c0 < r0) a = std::min(b, r0 + K - 1);
+    const auto& st = static_cast<const CpuState&>(*seqs[q].state);
+    GdnConvRows(il, a, b, c0, st.conv_state(layer_slot_[il]), s.conv_window.data(), ctx);
+  }
 }
 
 void CpuExecutor::GdnCore(int il, int r, std::span<const SequenceInput> seqs,
-                          std::span<const SeqSpan> spans, CpuContext& ctx) const {
+                          std::span<const SeqSpan> spans, CpuContext& ctx,
+                          std::span<const SequenceInput> chain_seqs,
+                          std::span<const SeqSpan> chains, std::span<const int64_t> bounds) const {
   ThreadPool& pool = *pool_;
-  const LayerWeights& L = w_.layers[il];
+  const int K = hp_.ssm_d_conv;
+  float* window = ctx.parts_[0].conv_window.data();
+  // The conv rows GdnIn left: the first K-1 rows of each row block that starts inside a sequence.
+  for (size_t p = 1; p + 1 < bounds.size(); ++p) {
+    const int64_t r0 = bounds[p];
+    for (size_t q = 0; q < chain_seqs.size(); ++q) {
+      const int64_t c0 = chains[q].row0, c1 = c0 + chains[q].T;
+      if (c0 >= r0 || c1 <= r0) continue;
+      const auto& st = static_cast<const CpuState&>(*chain_seqs[q].state);
+      GdnConvRows(il, r0, std::min({r0 + K - 1, c1, bounds[p + 1]}), c0, st.conv_state(r), window,
+                  ctx);
+    }
+  }
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
   const int64_t conv_dim = hp_.conv_dim();
@@ -111,23 +183,15 @@ void CpuExecutor::GdnCore(int il, int r, std::span<const SequenceInput> seqs,
       std::memcpy(rec.ssm0, ssm_state, sizeof(float) * st.ssm_floats());
       std::memcpy(rec.qkv, qkv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
     }
-    kernels::Conv1dArgs c;
-    c.x = qkv + sp.row0 * conv_dim;
-    c.ldx = conv_dim;
-    c.T = sp.T;
-    c.C = conv_dim;
-    c.K = hp_.ssm_d_conv;
-    c.w = L.ssm_conv1d.data();
-    c.state = conv_state;
-    c.y = conv + sp.row0 * conv_dim;
-    c.ldy = conv_dim;
-    c.update_state = true;
-    kernels::CausalConv1dSilu(c, pool);
-    // L2-normalize each q and k head (eps = rms eps, as llama.cpp).
-    for (int64_t t = 0; t < sp.T; ++t) {
-      float* row = conv + (sp.row0 + t) * conv_dim;
-      for (int64_t hd = 0; hd < 2 * hp_.ssm_n_k_heads; ++hd)
-        kernels::L2Norm(row + hd * ds, ds, hp_.rms_eps);
+    if (in.kind == PassKind::kCausal && K > 1) {
+      // The state advances to the last K-1 rows of [state; the part's qkv rows] (oldest first).
+      for (int i = 0; i < K - 1; ++i) {
+        const int64_t x = sp.T + i;  // row of that concatenation
+        const float* src =
+            x < K - 1 ? conv_state + x * conv_dim : qkv + (sp.row0 + x - (K - 1)) * conv_dim;
+        std::copy(src, src + conv_dim, window + i * conv_dim);
+      }
+      std::copy(window, window + (K - 1) * conv_dim, conv_state);
     }
     if (in.record) {
       std::memcpy(rec.qkv_conv, conv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
@@ -400,14 +464,14 @@ void CpuExecutor::MoeLayer(int il, int64_t r0, int64_t T, RowScratch& s, CpuCont
     }
   }
   kernels::MatMul(jobs, pool);
-  for (int64_t row = 0; row < T * k; ++row)
-    kernels::SiluMul(hg + row * n_ff, hu + row * n_ff, hg + row * n_ff, hp_.n_ff_exp);
-  if (shared) {
-    for (int64_t t = 0; t < T; ++t) {
-      float* r = hg + (T * k + t) * n_ff;
-      kernels::SiluMul(r, hu + (T * k + t) * n_ff, r, hp_.n_ff_shexp);
-    }
-  }
+  // Elementwise: rows as wide as their stride are one run (one call, not a call per row).
+  auto silu_mul = [&](float* g, const float* u, int64_t rows, int64_t width) {
+    if (width == n_ff) return kernels::SiluMul(g, u, g, rows * n_ff);
+    for (int64_t r = 0; r < rows; ++r)
+      kernels::SiluMul(g + r * n_ff, u + r * n_ff, g + r * n_ff, width);
+  };
+  silu_mul(hg, hu, T * k, hp_.n_ff_exp);
+  if (shared) silu_mul(hg + T * k * n_ff, hu + T * k * n_ff, T, hp_.n_ff_shexp);
 
   // down projections: routed rows (t*k + slot) in place, shared rows into sh.
   kernels::Activations& a_ff =

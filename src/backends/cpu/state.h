@@ -38,6 +38,7 @@ class CpuState final : public model::SequenceState {
   /// GDN layer `r` (0-based among recurrent layers): conv state [K-1][conv_dim], ssm
   /// [n_v_heads][d_state (v)][d_state (k)].
   float* conv_state(int r) { return gdn_.data() + r * gdn_layer_floats_; }
+  const float* conv_state(int r) const { return gdn_.data() + r * gdn_layer_floats_; }
   float* ssm_state(int r) { return conv_state(r) + conv_floats_; }
   int64_t conv_floats() const { return conv_floats_; }
   int64_t ssm_floats() const { return ssm_floats_; }
