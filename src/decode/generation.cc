@@ -241,6 +241,15 @@ std::span<float> Generation::Processed(std::span<const float> row, int64_t t, To
   return p;
 }
 
+std::span<const float> Generation::ProcessedView(std::span<const float> row, int64_t t,
+                                                 TokenConstraint* c) {
+  const bool biased =
+      params_.dllm_biases &&
+      (params_.length_bias.At(t) != 0.0f || (think_open_ && params_.think_end_bias.At(t) != 0.0f));
+  if (c || biased || !PenaltiesChangeNothing(params_.sampling)) return Processed(row, t, c);
+  return row;
+}
+
 int32_t Generation::Choose(std::span<const float> row, int64_t t) {
   return sampler_.Sample(Processed(row, t, constraint_.get()));
 }
@@ -528,16 +537,20 @@ void Generation::OnDenoise(std::span<const float> logits) {
   std::array<std::pair<int32_t, float>, 256> cand{};
   for (int64_t j = 1; j < B; ++j) {
     if (!masked_[j]) continue;
-    std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j, nullptr);
+    const std::span<const float> row = logits.subspan((j - 1) * n_vocab_, n_vocab_);
+    std::span<const float> p;
     int32_t tok;
     if (params_.sampling.greedy()) {
+      p = ProcessedView(row, gen0 + j, nullptr);
       tok = Sampler::ArgMax(p, params_.mask_id);
       RequireAllowed(p, tok);
     } else {
-      const float saved = p[params_.mask_id];
-      p[params_.mask_id] = -std::numeric_limits<float>::infinity();
-      tok = sampler_.Sample(p);
-      p[params_.mask_id] = saved;
+      const std::span<float> w = Processed(row, gen0 + j, nullptr);
+      const float saved = w[params_.mask_id];
+      w[params_.mask_id] = -std::numeric_limits<float>::infinity();
+      tok = sampler_.Sample(w);
+      w[params_.mask_id] = saved;
+      p = w;
     }
     // A NaN row (a failed model) has no probability: count it as 0, so the pass still commits its
     // most confident slot and the block ends. (A row with every token banned failed above.)
@@ -616,7 +629,11 @@ void Generation::OnDraft(std::span<const float> logits) {
       verify_len_ = j;
       break;
     }
-    std::span<float> p = Processed(logits.subspan((j - 1) * n_vocab_, n_vocab_), gen0 + j, c);
+    // Greedy drafts only read the processed row; sampled ones mask the mask token in it.
+    const std::span<const float> row = logits.subspan((j - 1) * n_vocab_, n_vocab_);
+    std::span<float> w;
+    if (!params_.sampling.greedy()) w = Processed(row, gen0 + j, c);
+    const std::span<const float> p = w.empty() ? ProcessedView(row, gen0 + j, c) : w;
     // Sampled drafts without a cut need no argmax.
     const int32_t top = cut || params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : -1;
     // Nothing but the mask token allowed here (the request's bans): the draft ends, and the
@@ -634,8 +651,8 @@ void Generation::OnDraft(std::span<const float> logits) {
     if (params_.sampling.greedy()) {
       block_[j] = top;
     } else {
-      p[params_.mask_id] = -std::numeric_limits<float>::infinity();
-      auto q = sampler_.Probabilities(p);
+      w[params_.mask_id] = -std::numeric_limits<float>::infinity();
+      auto q = sampler_.Probabilities(w);
       if (q.empty()) {  // every token but the mask token excluded: as above
         verify_len_ = j;
         break;

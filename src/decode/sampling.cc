@@ -40,6 +40,11 @@ void TokenHistory::RemoveGenerated(int32_t token) {
   --n_generated_;
 }
 
+bool PenaltiesChangeNothing(const SamplingParams& params) {
+  return params.repetition_penalty == 1.0f && params.presence_penalty == 0.0f &&
+         params.frequency_penalty == 0.0f && params.logit_bias.empty();
+}
+
 void ApplyPenalties(const SamplingParams& params, const TokenHistory& history,
                     std::span<float> logits) {
   const int64_t n = static_cast<int64_t>(logits.size());

@@ -56,6 +56,8 @@ class TokenHistory {
   int64_t n_generated_ = 0;
 };
 
+/// True when ApplyPenalties leaves every logit as it is (no penalty, no logit bias).
+bool PenaltiesChangeNothing(const SamplingParams& params);
 /// Applies penalties and logit biases to `logits` in place (n_vocab entries).
 void ApplyPenalties(const SamplingParams& params, const TokenHistory& history,
                     std::span<float> logits);
