@@ -338,9 +338,9 @@ BENCHMARK(BM_GatedDeltaRuleEmbedded)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-// Attention at Clover widths (16 q heads interleaved with gates, 2 kv heads, head_dim 256, F16
-// cache). Args: T, n_past, threads. T = 1 is a decode step; T = 512, n_past = 0 a prompt.
-// BM_AttentionEmbedded: the embedded model's 4 q heads / 2 kv heads of 32.
+// Attention, q heads interleaved with gates, F16 cache: BM_Attention at Clover widths (16 q
+// heads, 2 kv heads, head_dim 256), BM_AttentionEmbedded at the embedded model's (4, 2, 32).
+// Args: T, n_past, threads. T = 1 is a decode step; T = 512, n_past = 0 a prompt.
 void AttentionBench(benchmark::State& state, int n_head, int n_head_kv, int64_t D) {
   const int64_t T = state.range(0), n_past = state.range(1);
   const int64_t n_kv = n_past + T;
