@@ -114,7 +114,7 @@ void RegisterChatCommands(CLI::App& app, std::span<const std::byte> default_mode
   auto opts = std::make_shared<TemplateCommandOptions>();
   opts->default_model = default_model;
   CLI::App* cmd = app.add_subcommand(
-      "template", "Render the chat template for a conversation (prints the exact prompt)");
+      "template", "render the chat template for a conversation (prints the exact prompt)");
   cmd->add_option("-m,--model", opts->model_path,
                   "GGUF model (uses tokenizer.chat_template; default: the embedded model)");
   cmd->add_option("--template", opts->template_path, "Jinja template file instead of the model's");

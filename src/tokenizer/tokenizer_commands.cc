@@ -147,7 +147,7 @@ void RunBench(const BenchOptions& o) {
 void RegisterTokenizerCommands(CLI::App& app, std::span<const std::byte> default_model) {
   auto tokenize_opts = std::make_shared<TokenizeOptions>();
   tokenize_opts->default_model = default_model;
-  CLI::App* tokenize = app.add_subcommand("tokenize", "Print the token ids of a text as JSON");
+  CLI::App* tokenize = app.add_subcommand("tokenize", "print the token ids of a text as JSON");
   tokenize->add_option(
       "-m,--model", tokenize_opts->model,
       "GGUF model or vocabulary, or a tokenizer.json (default: the embedded model)");
@@ -163,7 +163,8 @@ void RegisterTokenizerCommands(CLI::App& app, std::span<const std::byte> default
     RunTokenize(*tokenize_opts);
   });
 
-  CLI::App* group = app.add_subcommand("tokenizer", "Tokenizer tools");
+  CLI::App* group = app.add_subcommand(
+      "tokenizer", "tokenizer tools: convert a Hugging Face tokenizer.json, time the encoder");
   group->require_subcommand(1);
   auto convert_opts = std::make_shared<ConvertOptions>();
   CLI::App* convert = group->add_subcommand(

@@ -17,7 +17,7 @@
 namespace crossword::tools {
 
 void RegisterGgufCommands(CLI::App& app) {
-  CLI::App* gguf = app.add_subcommand("gguf", "Inspect, synthesize and patch GGUF files");
+  CLI::App* gguf = app.add_subcommand("gguf", "inspect, synthesize and patch GGUF files");
   gguf->require_subcommand(1);
 
   // inspect
