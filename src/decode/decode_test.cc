@@ -631,6 +631,32 @@ TEST(Sampling, PenaltiesFollowVllmSemantics) {
   EXPECT_FLOAT_EQ(l[2], 3.0f);
 }
 
+// PenaltiesChangeNothing (the decoder then reads rows in place) holds exactly when ApplyPenalties
+// leaves a row as it is: the defaults, and each penalty or bias alone, against a history.
+TEST(Sampling, PenaltiesChangeNothingMatchesApplyPenalties) {
+  TokenHistory h;
+  const int32_t prompt[] = {0, 2};
+  h.AddPrompt(prompt);
+  h.AddGenerated(1);
+  auto changes = [&](const SamplingParams& p) {
+    std::vector<float> l = {4.0f, -4.0f, 3.0f}, before = l;
+    ApplyPenalties(p, h, l);
+    return l != before;
+  };
+  SamplingParams none;
+  EXPECT_TRUE(PenaltiesChangeNothing(none));
+  EXPECT_FALSE(changes(none));
+  SamplingParams rep, pres, freq, bias;
+  rep.repetition_penalty = 1.1f;
+  pres.presence_penalty = 0.5f;
+  freq.frequency_penalty = 0.5f;
+  bias.logit_bias.push_back({2, 1.0f});
+  for (const SamplingParams* p : {&rep, &pres, &freq, &bias}) {
+    EXPECT_FALSE(PenaltiesChangeNothing(*p));
+    EXPECT_TRUE(changes(*p));
+  }
+}
+
 TEST(Sampling, SeededSamplingIsDeterministicAndRespectsTopK) {
   SamplingParams p;
   p.temperature = 1.0f;

@@ -633,7 +633,8 @@ void Generation::OnDraft(std::span<const float> logits) {
     const std::span<const float> row = logits.subspan((j - 1) * n_vocab_, n_vocab_);
     std::span<float> w;
     if (!params_.sampling.greedy()) w = Processed(row, gen0 + j, c);
-    const std::span<const float> p = w.empty() ? ProcessedView(row, gen0 + j, c) : w;
+    const std::span<const float> p =
+        params_.sampling.greedy() ? ProcessedView(row, gen0 + j, c) : std::span<const float>(w);
     // Sampled drafts without a cut need no argmax.
     const int32_t top = cut || params_.sampling.greedy() ? Sampler::ArgMax(p, params_.mask_id) : -1;
     // Nothing but the mask token allowed here (the request's bans): the draft ends, and the
