@@ -187,8 +187,7 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   at_.shared_down = take(T * hp.n_embd);
   at_.output_normed = take(logit_rows * hp.n_embd);
   at_.logits = take(logit_rows * hp.n_vocab);
-  gdn_scratch_floats_ = static_cast<int64_t>(hp.ssm_d_conv - 1) * hp.conv_dim() +
-                        static_cast<int64_t>(hp.ssm_n_v_heads) * hp.ssm_d_state * hp.ssm_d_state;
+  gdn_scratch_floats_ = static_cast<int64_t>(hp.ssm_n_v_heads) * hp.ssm_d_state * hp.ssm_d_state;
   at_.gdn_scratch = take(options.max_seqs * gdn_scratch_floats_);
   f_.assign(off, 0.0f);
 

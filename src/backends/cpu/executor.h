@@ -121,7 +121,7 @@ class CpuContext final : public model::ForwardContext {
     size_t shared_down;    ///< [T][n_embd] shared expert's down projection
     size_t output_normed;  ///< [R][n_embd] final RMSNorm of the rows that get logits
     size_t logits;         ///< [R][n_vocab]
-    size_t gdn_scratch;    ///< [max_seqs][(K-1) conv_dim + n_v_heads d_state^2] denoise state
+    size_t gdn_scratch;    ///< [max_seqs][n_v_heads d_state^2] a denoise pass's GDN state
     size_t expert_ids;     ///< int32 [T][k] selected experts
     size_t rows_x;         ///< int32 [T*k] grouped by expert: input row (token)
     size_t rows_y;         ///< int32 [T*k] grouped by expert: output row (t*k + slot)

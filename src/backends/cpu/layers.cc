@@ -18,13 +18,12 @@ using model::SequenceInput;
 
 namespace {
 
-/// The GDN part of a read-only denoise pass (docs/decoding.md): run the layer causally over the
-/// block starting from the committed state, in scratch memory that is thrown away afterwards.
-/// The official Clover file's diffusion-only GDN tensors (ssm_bd_*, ssm_conv1d.weight_right)
-/// would plug in here once their semantics are published.
-void GdnDenoiseState(const float* committed_conv, const float* committed_ssm, int64_t conv_floats,
-                     int64_t ssm_floats, float* scratch_conv, float* scratch_ssm) {
-  std::memcpy(scratch_conv, committed_conv, sizeof(float) * conv_floats);
+/// The GDN recurrence of a read-only denoise pass (docs/decoding.md): it runs causally over the
+/// block from the committed state, in scratch memory that is thrown away afterwards. (The block's
+/// conv reads the committed conv state, GdnConvRows, and only a causal pass advances it.) The
+/// official Clover file's diffusion-only GDN tensors (ssm_bd_*, ssm_conv1d.weight_right) would
+/// plug in here and in GdnConvRows once their semantics are published.
+void GdnDenoiseState(const float* committed_ssm, int64_t ssm_floats, float* scratch_ssm) {
   std::memcpy(scratch_ssm, committed_ssm, sizeof(float) * ssm_floats);
 }
 
@@ -171,10 +170,8 @@ void CpuExecutor::GdnCore(int il, int r, std::span<const SequenceInput> seqs,
     float* ssm_state = st.ssm_state(r);
     if (in.kind == PassKind::kDenoise) {
       float* scratch = f + at.gdn_scratch + sp.seq * ctx.gdn_scratch_floats_;
-      GdnDenoiseState(conv_state, ssm_state, st.conv_floats(), st.ssm_floats(), scratch,
-                      scratch + st.conv_floats());
-      conv_state = scratch;
-      ssm_state = scratch + st.conv_floats();
+      GdnDenoiseState(ssm_state, st.ssm_floats(), scratch);
+      ssm_state = scratch;
     }
     CpuState::Record rec{};
     if (in.record) {

@@ -152,7 +152,7 @@ void VulkanExecutor::RecordGdn(CommandList& cl, int il, int r, DeviceState& st, 
   GdnGates(cl, s.b, n_v, s.a, n_v, L.ssm_dt_bias, L.ssm_a, T, n_v, g, beta, n_v);
 
   BufferView conv_state = gs.conv, ssm_state = gs.ssm;
-  if (denoise) {  // layers.cc GdnDenoiseState: run from a copy of the committed state
+  if (denoise) {  // as layers.cc (GdnDenoiseState, GdnConvRows): from the committed state
     if (conv_state.valid()) {
       cl.Copy(conv_state, s.conv_state);
       conv_state = s.conv_state.Sub(0, gs.conv.size);
