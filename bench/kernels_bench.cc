@@ -189,6 +189,29 @@ BENCHMARK(BM_MatMul)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
+// Activation quantization alone (PrepareActivations for a Q8_0 weight): the embedded model's
+// row block (16 rows of 128, 64 blocks) and a Clover-width block (16 rows of 2048), one thread.
+// A third of a 16-row 128 -> 128 product's time (BM_MatMul) goes here.
+void BM_QuantizeQ8_0(benchmark::State& state) {
+  const int64_t n_rows = state.range(0), n_in = state.range(1);
+  const auto x = MakeActs(n_rows * n_in);
+  ThreadPool pool(1);
+  Activations act;
+  act.Reserve(n_rows, n_in);
+  for (auto _ : state) {
+    PrepareActivations(GgmlType::kQ8_0, x.data(), n_rows, n_in, n_in, act, pool);
+    benchmark::DoNotOptimize(act.row(0));
+  }
+  state.SetLabel(CurrentTargetName());
+  state.counters["blocks/s"] = benchmark::Counter(static_cast<double>(n_rows * n_in / 32),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_QuantizeQ8_0)
+    ->Args({16, 128})
+    ->Args({16, 2048})
+    ->ArgNames({"rows", "n_in"})
+    ->Unit(benchmark::kMicrosecond);
+
 // The routed experts of one MoE layer at Clover widths (256 experts of gate and up 2048 -> 512
 // and down 512 -> 2048; 453 MB in Q4_0, so from DRAM): U distinct experts chosen at random each
 // iteration, each with `rows` activation rows, as two MatMul job lists (gate+up, then down) the

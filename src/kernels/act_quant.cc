@@ -60,27 +60,113 @@ void RowToBF16(const float* x, int64_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = F32ToBF16(x[i]);
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Lane 0, 4, 8 and 12 of v in a 128-bit vector (one lane of each 128-bit block).
+HWY_INLINE __m128 FirstOfBlocks(__m512 v) {
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v));
+}
+
+// The four vectors' lane reductions in one tree (op: max or add, both exact for these operands,
+// so the order changes nothing): 256-bit halves of a pair, then 128-bit blocks of the two
+// pairs, then the lanes within each block. Lane 4k of the result holds vector k's reduction.
+template <class Op>
+HWY_INLINE __m512 Reduce4(const __m512* m, const Op& op) {
+  const __m512 t01 =
+      op(_mm512_shuffle_f32x4(m[0], m[1], 0x44), _mm512_shuffle_f32x4(m[0], m[1], 0xEE));
+  const __m512 t23 =
+      op(_mm512_shuffle_f32x4(m[2], m[3], 0x44), _mm512_shuffle_f32x4(m[2], m[3], 0xEE));
+  __m512 u = op(_mm512_shuffle_f32x4(t01, t23, 0x88), _mm512_shuffle_f32x4(t01, t23, 0xDD));
+  u = op(u, _mm512_permute_ps(u, 0x4E));
+  return op(u, _mm512_permute_ps(u, 0xB1));
+}
+
+// RowToQ8_0 for four blocks (128 floats) at once, the same bits: the block maxima and the int
+// sums as one reduction tree each instead of eight horizontal reductions; the scales of the four
+// blocks as one vector (IEEE division and the hardware's round-to-nearest-even fp16 conversion
+// give what the scalar code computes); the codes packed two blocks to a 64-byte store (int32 ->
+// int16 -> int8 with signed saturation is the int32 -> int8 saturation of DemoteTo). With a finite
+// 127/amax every product is within [-127.00002, 127.00002], so the plain conversion rounds to
+// nearest even as NearestInt does (its fixups are for out-of-range values). Returns false,
+// writing nothing, when the group holds a NaN (Max's NaN handling depends on operand order) or a
+// block's 127/amax overflows (a subnormal maximum): such groups keep the block code's bits.
+HWY_INLINE bool Q8_0Group4(const float* x, int8_t* q, float* d, int32_t* sums) {
+  __m512 v[8];
+  __mmask16 nan = 0;
+  HWY_UNROLL(8) for (int i = 0; i < 8; ++i) {
+    v[i] = _mm512_loadu_ps(x + 16 * i);
+    nan |= _mm512_cmp_ps_mask(v[i], v[i], _CMP_UNORD_Q);
+  }
+  if (nan) return false;
+  __m512 m[4];
+  HWY_UNROLL(4) for (int b = 0; b < 4; ++b) {
+    m[b] = _mm512_max_ps(_mm512_abs_ps(v[2 * b]), _mm512_abs_ps(v[2 * b + 1]));
+  }
+  const __m128 amax =
+      FirstOfBlocks(Reduce4(m, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); }));
+  const __m128 id =
+      _mm_and_ps(_mm_div_ps(_mm_set1_ps(127.0f), amax), _mm_cmpneq_ps(amax, _mm_setzero_ps()));
+  if (_mm_movemask_ps(_mm_cmpeq_ps(id, _mm_set1_ps(INFINITY)))) return false;
+  _mm_storeu_ps(d, _mm_cvtph_ps(_mm_cvtps_ph(_mm_div_ps(amax, _mm_set1_ps(127.0f)),
+                                             _MM_FROUND_TO_NEAREST_INT)));
+  const __m512 id16 = _mm512_castps128_ps512(id);
+  __m512i qi[8];
+  __m512 s[4];
+  HWY_UNROLL(4) for (int b = 0; b < 4; ++b) {
+    const __m512 vid = _mm512_permutexvar_ps(_mm512_set1_epi32(b), id16);
+    qi[2 * b] = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * b], vid));
+    qi[2 * b + 1] = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * b + 1], vid));
+    s[b] = _mm512_castsi512_ps(_mm512_add_epi32(qi[2 * b], qi[2 * b + 1]));
+  }
+  // Packing interleaves the four sources by 32-bit groups within each 128-bit lane (lane k holds
+  // group k of each); the permutation puts each source's four groups back in a row.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  HWY_UNROLL(2) for (int b = 0; b < 4; b += 2) {
+    const __m512i lo = _mm512_packs_epi32(qi[2 * b], qi[2 * b + 1]);
+    const __m512i hi = _mm512_packs_epi32(qi[2 * b + 2], qi[2 * b + 3]);
+    _mm512_storeu_si512(q + b * 32, _mm512_permutexvar_epi32(order, _mm512_packs_epi16(lo, hi)));
+  }
+  const __m512 sum = Reduce4(s, [](__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  });
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(sums),
+                   _mm_mullo_epi32(_mm_castps_si128(FirstOfBlocks(sum)), _mm_set1_epi32(-128)));
+  return true;
+}
+#endif
+
 // Q8_0 (x86 ggml form): d = amax/127 as fp16, q = nearest-even(x * 127/amax); sums[b] = -128*sum.
 void RowToQ8_0(const float* x, int64_t n, int8_t* q, float* d, int32_t* sums) {
   const hn::ScalableTag<float> df;
   const hn::Rebind<int32_t, decltype(df)> di;
   const hn::Rebind<int8_t, decltype(df)> d8;
   const int64_t N = hn::Lanes(df);
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    auto vmax = hn::Zero(df);
-    for (int64_t j = 0; j < 32; j += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + j)));
-    const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    d[b] = F16ToF32(F32ToF16(amax / 127.0f));
-    auto vsum = hn::Zero(di);
-    for (int64_t j = 0; j < 32; j += N) {
-      const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), hn::Set(df, id)));
-      vsum = hn::Add(vsum, qi);
-      hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b * 32 + j);
+  const int64_t nb = n / 32;
+  // Blocks [b0, b1) one at a time.
+  auto blocks = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* xb = x + b * 32;
+      auto vmax = hn::Zero(df);
+      for (int64_t j = 0; j < 32; j += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + j)));
+      const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
+      const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+      d[b] = F16ToF32(F32ToF16(amax / 127.0f));
+      auto vsum = hn::Zero(di);
+      for (int64_t j = 0; j < 32; j += N) {
+        const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), hn::Set(df, id)));
+        vsum = hn::Add(vsum, qi);
+        hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b * 32 + j);
+      }
+      sums[b] = -128 * hn::GetLane(hn::SumOfLanes(di, vsum));
     }
-    sums[b] = -128 * hn::GetLane(hn::SumOfLanes(di, vsum));
+  };
+  int64_t b = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  for (; b + 4 <= nb; b += 4) {
+    if (!Q8_0Group4(x + b * 32, q + b * 32, d + b, sums + b)) blocks(b, b + 4);
   }
+#endif
+  blocks(b, nb);
 }
 
 // Q8_K (ggml quantize_row_q8_K_ref): iscale = -127/max (max = first value of largest |x|),

@@ -181,6 +181,11 @@ void Add(const float* a, const float* b, float* y, int64_t n);
 void AddScaled(const float* x, float s, float* y, int64_t n);
 /// y = a * b (elementwise).
 void Mul(const float* a, const float* b, float* y, int64_t n);
+/// y = sum_j w[j] * x[j] (rows of n floats), the terms in order, each one multiply-add onto the
+/// running sum from zero: the bits of zeroing y and then AddScaled(x[j], w[j], y, n) for every j
+/// (the MoE's combine of its routed and shared experts' rows), in one pass. y must not alias any
+/// x[j]. Throws crossword::Error when x and w differ in length.
+void WeightedSum(std::span<const float* const> x, std::span<const float> w, float* y, int64_t n);
 /// x *= s.
 void Scale(float* x, float s, int64_t n);
 /// y = 1 / (1 + exp(-x)).

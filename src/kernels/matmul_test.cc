@@ -401,6 +401,43 @@ TEST(PrepareActivations, BitExactWithScalarTwinOnEveryTarget) {
   }
 }
 
+// Q8_0 rows are quantized four blocks at a time on AVX-512 (act_quant.cc). Each block must get
+// what the block-at-a-time code gives it alone (a row of one block), also for the blocks the
+// scalar twin does not define: a subnormal maximum (127/amax overflows; the group falls back)
+// and a NaN (the same). Positions: a NaN in the second group, a subnormal block in the fourth.
+TEST(PrepareActivations, Q8_0GroupsMatchBlocksOnEveryTarget) {
+  TargetGuard guard;
+  std::mt19937 rng(12);
+  ThreadPool pool(1);
+  const int64_t n_in = 608;  // 19 blocks: four groups of four, then three blocks
+  auto x = RandomActs(1, n_in, rng);
+  x[5] = 7e4f;                                    // f16 overflow of the scale
+  for (int64_t k = 32; k < 64; ++k) x[k] = 0.0f;  // an all-zero block
+  for (int64_t k = 64; k < 96; ++k) x[k] = (k % 2 ? 0.5f : -0.5f) * (k % 3 ? 1.0f : 2.0f);
+  x[4 * 32 + 9] = std::numeric_limits<float>::quiet_NaN();  // the second group
+  for (int64_t k = 12 * 32; k < 13 * 32; ++k) x[k] = (k % 3 ? 1.0f : -2.0f) * 1e-39f;
+  for (int64_t target : AvailableTargets()) {
+    ForceTargetForTest(target);
+    Activations row, block;
+    row.Reserve(1, n_in);
+    block.Reserve(1, 32);
+    PrepareActivations(GgmlType::kQ8_0, x.data(), 1, n_in, n_in, row, pool);
+    for (int64_t b = 0; b < n_in / 32; ++b) {
+      PrepareActivations(GgmlType::kQ8_0, x.data() + b * 32, 1, 32, 32, block, pool);
+      EXPECT_EQ(std::memcmp(row.row(0) + b * 32, block.row(0), 32), 0)
+          << TargetName(target) << " block " << b;
+      EXPECT_EQ(std::memcmp(row.row(0) + row.scale_offset() + 4 * b,
+                            block.row(0) + block.scale_offset(), 4),
+                0)
+          << TargetName(target) << " block " << b;
+      EXPECT_EQ(std::memcmp(row.row(0) + row.sums_offset() + 4 * b,
+                            block.row(0) + block.sums_offset(), 4),
+                0)
+          << TargetName(target) << " block " << b;
+    }
+  }
+}
+
 // Activation quantization against core's QuantizeRow (an independent, ggml-exact reference):
 // Q8_K bit-exact; Q8_0 uses ggml's x86 form (q = nearest-even(x * 127/amax)) where the
 // reference rounds x/d half away from zero, so quants may differ by one on rounding ties only.

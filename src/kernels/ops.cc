@@ -355,6 +355,25 @@ void BinaryImpl(Binary op, const float* a, const float* b, float s, float* y, in
   }
 }
 
+// y = sum_j w[j] * x[j] for j < n_terms, each term one multiply-add onto the running sum from
+// zero: per lane the operations of zeroing y and AddScaled once per term, in one pass over y.
+void WeightedSumImpl(const float* const* x, const float* w, int n_terms, float* y, int64_t n) {
+  const DF d;
+  const int64_t N = hn::Lanes(d);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    VF acc = hn::Zero(d);
+    for (int j = 0; j < n_terms; ++j)
+      acc = hn::MulAdd(hn::Set(d, w[j]), hn::LoadU(d, x[j] + i), acc);
+    hn::StoreU(acc, d, y + i);
+  }
+  for (; i < n; ++i) {
+    float acc = 0.0f;
+    for (int j = 0; j < n_terms; ++j) acc += w[j] * x[j][i];
+    y[i] = acc;
+  }
+}
+
 // Channels [c0, c1) of the causal conv1d: X rows come from the state (r < K-1) or x.
 void Conv1dChannels(const Conv1dArgs& a, int64_t c0, int64_t c1) {
   const DF d;
@@ -410,6 +429,7 @@ HWY_EXPORT(SoftmaxProbAboveImpl);
 HWY_EXPORT(RopeNeoxImpl);
 HWY_EXPORT(UnaryImpl);
 HWY_EXPORT(BinaryImpl);
+HWY_EXPORT(WeightedSumImpl);
 HWY_EXPORT(Conv1dChannels);
 
 using detail::Binary;
@@ -450,6 +470,10 @@ void AddScaled(const float* x, float s, float* y, int64_t n) {
 }
 void Mul(const float* a, const float* b, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(BinaryImpl)(Binary::kMul, a, b, 0.0f, y, n);
+}
+void WeightedSum(std::span<const float* const> x, std::span<const float> w, float* y, int64_t n) {
+  Check(x.size() == w.size(), "WeightedSum: {} rows but {} weights", x.size(), w.size());
+  HWY_DYNAMIC_DISPATCH(WeightedSumImpl)(x.data(), w.data(), static_cast<int>(x.size()), y, n);
 }
 void Scale(float* x, float s, int64_t n) {
   HWY_DYNAMIC_DISPATCH(BinaryImpl)(Binary::kScale, x, nullptr, s, x, n);

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -208,6 +209,39 @@ TEST(Ops, ElementwiseMatchTwinsOnEveryTarget) {
     ref::Scale(want.data(), -1.7f, n);
     ExpectClose(got, want, 0.0f, 0.0f, "Scale");
   }
+}
+
+// WeightedSum replaces zeroing a row and one AddScaled per term (the MoE's combine), so it must
+// give those bits on every target, for 1 to 9 terms (Clover: 8 routed experts and the shared
+// one) and a width with a tail (1000 = 62 vectors of 16 + 8), and its twin's within the terms'
+// roundings (the kernel fuses each multiply-add, the twin rounds the product first).
+TEST(Ops, WeightedSumIsZeroThenAddScaledOnEveryTarget) {
+  TargetGuard guard;
+  const int64_t n = 1000;
+  std::vector<std::vector<float>> rows;
+  for (int j = 0; j < 9; ++j) rows.push_back(Random(n, -3.0f, 3.0f, 40 + j));
+  rows[2][7] = -0.0f;
+  const auto w = Random(9, -1.0f, 1.0f, 50);
+  for (int64_t target : AvailableTargets()) {
+    ForceTargetForTest(target);
+    SCOPED_TRACE(TargetName(target));
+    for (int terms = 1; terms <= 9; ++terms) {
+      std::vector<const float*> x;
+      for (int j = 0; j < terms; ++j) x.push_back(rows[static_cast<size_t>(j)].data());
+      const std::span<const float> wj(w.data(), static_cast<size_t>(terms));
+      std::vector<float> got(n, 7.0f), want(n, 0.0f), twin(n);
+      WeightedSum(x, wj, got.data(), n);
+      for (int j = 0; j < terms; ++j)
+        AddScaled(x[static_cast<size_t>(j)], w[static_cast<size_t>(j)], want.data(), n);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * n), 0) << terms << " terms";
+      ref::WeightedSum(x, wj, twin.data(), n);
+      // Each of the `terms` roundings is within an ulp of a partial sum, |partial| <= 9 x 3.
+      ExpectClose(got, twin, 0.0f, static_cast<float>(terms) * 27.0f * kUlp, "WeightedSum");
+    }
+  }
+  const std::vector<const float*> two = {rows[0].data(), rows[1].data()};
+  std::vector<float> y(n);
+  EXPECT_THROW(WeightedSum(two, std::span<const float>(w.data(), 1), y.data(), n), Error);
 }
 
 TEST(Ops, TopKSoftmaxMatchesTwinAndBreaksTiesByLowerId) {

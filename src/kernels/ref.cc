@@ -393,6 +393,13 @@ void AddScaled(const float* x, float s, float* y, int64_t n) {
 void Mul(const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
 }
+void WeightedSum(std::span<const float* const> x, std::span<const float> w, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = 0.0f;
+    for (size_t j = 0; j < x.size(); ++j) acc += w[j] * x[j][i];
+    y[i] = acc;
+  }
+}
 void Scale(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }

@@ -51,6 +51,7 @@ void SiluMul(const float* gate, const float* up, float* y, int64_t n);
 void Add(const float* a, const float* b, float* y, int64_t n);
 void AddScaled(const float* x, float s, float* y, int64_t n);
 void Mul(const float* a, const float* b, float* y, int64_t n);
+void WeightedSum(std::span<const float* const> x, std::span<const float> w, float* y, int64_t n);
 void Scale(float* x, float s, int64_t n);
 void Sigmoid(const float* x, float* y, int64_t n);
 void Silu(const float* x, float* y, int64_t n);

@@ -498,6 +498,10 @@ void CpuExecutor::MoeLayer(int il, int64_t r0, int64_t T, RowScratch& s, CpuCont
   // in flight instead of one (E of them per row, ~4 cycles each).
   constexpr int64_t kGateRows = 4;
   const float* wg = L.ffn_gate_inp_shexp.data();
+  // expert_used_count <= expert_count <= 1024 (model/hparams.cc), plus the shared expert.
+  constexpr size_t kMaxCombineTerms = 1025;
+  std::array<const float*, kMaxCombineTerms> x;
+  std::array<float, kMaxCombineTerms> w;
   for (int64_t t0 = 0; t0 < T; t0 += kGateRows) {
     const int64_t nr = std::min(kGateRows, T - t0);
     std::array<double, kGateRows> dot{};
@@ -521,17 +525,20 @@ void CpuExecutor::MoeLayer(int il, int64_t r0, int64_t T, RowScratch& s, CpuCont
         dot[static_cast<size_t>(r)] = d;
       }
     }
+    // The row's experts in selection order, then the gated shared expert: one WeightedSum
+    // (the bits of zeroing the row and adding each term; kernels.h).
     for (int64_t r = 0; r < nr; ++r) {
       const int64_t t = t0 + r;
-      float* out = cur + t * E;
-      std::memset(out, 0, sizeof(float) * E);
-      for (int j = 0; j < k; ++j)
-        kernels::AddScaled(down + (t * k + j) * E, topk_w[t * k + j], out, E);
-      if (shared) {
-        const float gate =
-            1.0f / (1.0f + std::exp(-static_cast<float>(dot[static_cast<size_t>(r)])));
-        kernels::AddScaled(sh + t * E, gate, out, E);
+      size_t n_terms = 0;
+      for (int j = 0; j < k; ++j) {
+        x[n_terms] = down + (t * k + j) * E;
+        w[n_terms++] = topk_w[t * k + j];
       }
+      if (shared) {
+        x[n_terms] = sh + t * E;
+        w[n_terms++] = 1.0f / (1.0f + std::exp(-static_cast<float>(dot[static_cast<size_t>(r)])));
+      }
+      kernels::WeightedSum({x.data(), n_terms}, {w.data(), n_terms}, cur + t * E, E);
     }
   }
 }
