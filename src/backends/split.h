@@ -21,6 +21,7 @@ class SplitExecutor final : public model::Executor {
   std::string_view name() const override { return "vulkan"; }
   std::string Describe() const override;
   int host_threads() const override { return cpu_->host_threads(); }
+  ThreadPool* host_pool() const override { return cpu_->host_pool(); }
   /// A state of each executor behind one model::SequenceState.
   std::unique_ptr<model::SequenceState> NewState(const model::StateOptions& options) const override;
   std::unique_ptr<model::ForwardContext> NewContext(

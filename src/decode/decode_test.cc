@@ -15,6 +15,7 @@
 #include "backends/cpu/executor.h"
 #include "backends/cpu/state.h"
 #include "base/error.h"
+#include "core/thread_pool.h"
 #include "decode/generation.h"
 #include "model/model.h"
 #include "tools/synth.h"
@@ -603,6 +604,56 @@ TEST(Diffusion, CommittedStateEqualsArForwardOfTheSameTokens) {
       d = std::max(d, std::fabs(a.conv_state(r)[i] - b.conv_state(r)[i]));
   }
   EXPECT_LT(d, 1e-4f);
+}
+
+// A greedy denoise pass scans its masked rows in runs on the host pool's threads
+// (Generation::SetHostPool), each run with its own best slot. The blocks, the passes and the
+// output must be those of one scan, whatever the split: pools of 2, 3 and 16 threads against
+// none, at thresholds that commit many slots, few, or none (then the most confident one alone,
+// so the merged best decides every pass); and with every row of a denoise pass made equal (ties
+// everywhere: the lowest masked slot must win, wherever the runs put it).
+TEST(Diffusion, HostPoolGivesTheSameBlocks) {
+  Fixture f(SynthTiny("golden.gguf"));
+  const int32_t mask = f.model->hparams().n_vocab - 1;
+  const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66};
+  model::ContextOptions co;
+  co.max_tokens = 256;
+  co.max_logit_rows = 64;
+  auto ctx = f.exec->NewContext(co);
+  const int64_t V = f.model->hparams().n_vocab;
+  auto run = [&](const DecodeParams& p, ThreadPool* pool, bool equal_rows) {
+    auto st = f.State();
+    Generation g(*f.model, *st, prompt, p, nullptr);
+    g.SetHostPool(pool);
+    std::vector<std::vector<uint8_t>> masks;  // the masked slots after every pass: the order
+    while (!g.done()) {
+      model::SequenceInput in = g.NextInput();
+      f.exec->Forward({&in, 1}, *ctx);
+      std::vector<float> logits(ctx->logits(0).begin(), ctx->logits(0).end());
+      if (equal_rows && in.kind == model::PassKind::kDenoise) {
+        for (size_t i = static_cast<size_t>(V); i < logits.size(); ++i)
+          logits[i] = logits[i % static_cast<size_t>(V)];
+      }
+      g.OnLogits(logits);
+      masks.emplace_back(g.masked().begin(), g.masked().end());
+    }
+    return std::tuple(g.output(), masks, g.stats().denoise_passes, g.stats().commit_passes);
+  };
+  ThreadPool two(2), three(3), many(16);
+  for (int block : {16, 32}) {
+    for (float tau : {0.001f, 0.02f, 0.3f, 1.0f}) {
+      for (bool equal_rows : {false, true}) {
+        const DecodeParams p = Params(Mode::kDiffusion, block, tau, 40, {}, mask);
+        const auto want = run(p, nullptr, equal_rows);
+        EXPECT_GT(std::get<2>(want), 0);
+        for (ThreadPool* pool : {&two, &three, &many}) {
+          EXPECT_EQ(run(p, pool, equal_rows), want)
+              << "block " << block << " tau " << tau << " threads " << pool->size()
+              << (equal_rows ? " equal rows" : "");
+        }
+      }
+    }
+  }
 }
 
 TEST(Sampling, RampBiasIsLinearBetweenStartAndWindow) {

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "core/thread_pool.h"
 
 namespace crossword::decode {
 
@@ -241,12 +242,16 @@ std::span<float> Generation::Processed(std::span<const float> row, int64_t t, To
   return p;
 }
 
-std::span<const float> Generation::ProcessedView(std::span<const float> row, int64_t t,
-                                                 TokenConstraint* c) {
+bool Generation::ReadsInPlace(int64_t t) const {
   const bool biased =
       params_.dllm_biases &&
       (params_.length_bias.At(t) != 0.0f || (think_open_ && params_.think_end_bias.At(t) != 0.0f));
-  if (c || biased || !PenaltiesChangeNothing(params_.sampling)) return Processed(row, t, c);
+  return !biased && PenaltiesChangeNothing(params_.sampling);
+}
+
+std::span<const float> Generation::ProcessedView(std::span<const float> row, int64_t t,
+                                                 TokenConstraint* c) {
+  if (c || !ReadsInPlace(t)) return Processed(row, t, c);
   return row;
 }
 
@@ -523,6 +528,24 @@ void Generation::StartBlock(int32_t seed) {
   block_emitted_ = 1;
 }
 
+Generation::Best Generation::GreedyCandidates(std::span<const float> logits, int64_t j0,
+                                              int64_t step, int64_t j1,
+                                              std::span<std::pair<int32_t, float>> cand) const {
+  Best best;
+  for (int64_t j = j0; j < j1; j += step) {
+    if (!masked_[j]) continue;
+    const std::span<const float> p = logits.subspan((j - 1) * n_vocab_, n_vocab_);
+    const int32_t tok = Sampler::ArgMax(p, params_.mask_id);
+    RequireAllowed(p, tok);
+    // A NaN row (a failed model) has no probability: 0 (see OnDenoise).
+    float conf = SoftmaxProbAbove(p, tok, std::min(params_.threshold, best.conf));
+    if (!(conf >= 0.0f)) conf = 0.0f;
+    cand[static_cast<size_t>(j)] = {tok, conf};
+    if (conf > best.conf) best = {j, conf};
+  }
+  return best;
+}
+
 void Generation::OnDenoise(std::span<const float> logits) {
   if (constraint_) {
     OnDenoiseConstrained(logits);
@@ -535,7 +558,38 @@ void Generation::OnDenoise(std::span<const float> logits) {
   int64_t n_committed = 0;
   // Candidates are computed for every masked slot before any is committed.
   std::array<std::pair<int32_t, float>, 256> cand{};
-  for (int64_t j = 1; j < B; ++j) {
+  bool in_place = params_.sampling.greedy();
+  int64_t n_masked = 0;
+  for (int64_t j = 1; j < B && in_place; ++j) {
+    if (!masked_[j]) continue;
+    in_place = ReadsInPlace(gen0 + j);
+    ++n_masked;
+  }
+  if (in_place) {
+    // The rows are independent: interleaved slots on the host pool's threads (run r takes every
+    // runs-th slot from 1 + r: the confident rows, which need their whole sum, cluster near the
+    // seed), each run with its own best (GreedyCandidates). The largest confidence over the
+    // runs, on equal ones the lowest slot, is the best of one scan over all slots. Work: an
+    // exponential per logit (~16 multiply-adds in the pool's units) over the masked rows.
+    constexpr int kMaxRuns = 16;
+    std::array<Best, kMaxRuns> best{};
+    const int runs = host_pool_ ? std::min(host_pool_->size(), kMaxRuns) : 1;
+    auto run = [&](int64_t r, int) {
+      best[static_cast<size_t>(r)] = GreedyCandidates(logits, 1 + r, runs, B, cand);
+    };
+    if (runs > 1) {
+      host_pool_->ParallelFor(runs, n_masked * n_vocab_ * 16, run);
+    } else {
+      run(0, 0);
+    }
+    for (const Best& b : std::span(best).first(static_cast<size_t>(runs))) {
+      if (b.conf > best_conf || (b.conf == best_conf && b.slot >= 0 && b.slot < best_slot)) {
+        best_conf = b.conf;
+        best_slot = b.slot;
+      }
+    }
+  }
+  for (int64_t j = 1; j < B && !in_place; ++j) {
     if (!masked_[j]) continue;
     const std::span<const float> row = logits.subspan((j - 1) * n_vocab_, n_vocab_);
     std::span<const float> p;

@@ -210,6 +210,10 @@ class Generation {
     if (!CarriesDraftControl() || stats_.rounds == 0) return std::nullopt;
     return draft_control_.Carried();
   }
+  /// Host threads for the per-row scans of a pass's logits (a greedy denoise pass's candidates
+  /// and confidences; model::Executor::host_pool), used between passes only; null (the
+  /// default): the calling thread. The output does not depend on it.
+  void SetHostPool(ThreadPool* pool) { host_pool_ = pool; }
   const DecodeParams& params() const { return params_; }
   /// Emitted tokens so far.
   const std::vector<int32_t>& output() const { return output_; }
@@ -250,6 +254,21 @@ class Generation {
   // logit bias, no constraint, the biases 0 at t), which spares a copy of the row per masked slot
   // and pass (31 rows of 16 KB per denoise pass of the embedded model).
   std::span<const float> ProcessedView(std::span<const float> row, int64_t t, TokenConstraint* c);
+  // Whether processing leaves the row of generated index t unchanged without a constraint
+  // (ProcessedView then returns the row itself, touching no member: safe on any thread).
+  bool ReadsInPlace(int64_t t) const;
+  // A denoise pass's candidates for the masked slots j0, j0 + step, ... below j1 (greedy, rows
+  // read in place):
+  // cand[j] = (argmax without the mask token, confidence), and the first slot of the largest
+  // confidence with it (slot -1 when none is masked). A confidence below both the threshold and
+  // the range's best so far may be a bound from a partial sum (SoftmaxProbAbove); one that
+  // reaches either is exact, so the commits and the best are those of exact confidences.
+  struct Best {
+    int64_t slot = -1;
+    float conf = -1.0f;
+  };
+  Best GreedyCandidates(std::span<const float> logits, int64_t j0, int64_t step, int64_t j1,
+                        std::span<std::pair<int32_t, float>> cand) const;
   // Greedy or sampled choice from the processed row (the emitted prefix's constraint).
   int32_t Choose(std::span<const float> row, int64_t t);
   bool Emit(int32_t token);  // false when generation ended (EOG, length, sink)
@@ -322,6 +341,7 @@ class Generation {
   bool chunk_verify_ = false;
   std::vector<int64_t> verify_hist_;
   std::vector<float> row_;  // processed logits scratch (n_vocab)
+  ThreadPool* host_pool_ = nullptr;
   std::vector<std::vector<std::pair<int32_t, float>>> draft_dist_;  // spec sampling: q per slot
   std::vector<std::pair<int32_t, float>> verify_dist_;              // spec sampling: p of a row
   std::vector<std::pair<int32_t, float>> residual_;                 // spec sampling: max(0, p - q)

@@ -257,6 +257,7 @@ decode::Generation RunGeneration(const Engine& engine, model::SequenceState& sta
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t n_cached = state.n_past();
   decode::Generation gen(engine.model(), state, std::move(prompt), params, std::move(sink));
+  gen.SetHostPool(executor.host_pool());
   while (!gen.done()) {
     if (hooks.stop && hooks.stop()) {
       gen.Cancel();

@@ -240,6 +240,7 @@ void Scheduler::StartGeneration(Slot& slot) {
   try {
     slot.gen = std::make_unique<decode::Generation>(engine_.model(), *slot.state, req->req.prompt,
                                                     params, sink);
+    slot.gen->SetHostPool(engine_.executor().host_pool());
     if (slot.draft_control) slot.gen->CarryDraftControl(*slot.draft_control);
   } catch (const std::exception& e) {
     Finish(slot, e.what());

@@ -16,6 +16,10 @@
 #include "core/types.h"
 #include "model/hparams.h"
 
+namespace crossword {
+class ThreadPool;
+}  // namespace crossword
+
 namespace crossword::model {
 
 class Executor;
@@ -288,6 +292,10 @@ class Executor {
   /// Host threads this executor computes on (the CPU executor's pool; a GPU executor's threads
   /// for the layers it leaves on the CPU, or 1).
   virtual int host_threads() const = 0;
+  /// The host threads' pool for work between passes (the decoder's per-row scans of a pass's
+  /// logits), or null when this executor has none (that work then runs on the calling thread).
+  /// Used only between Forward calls, by whoever holds the executor's turn.
+  virtual ThreadPool* host_pool() const { return nullptr; }
   /// Whether Forward runs fused passes (SequenceInput::denoise_tail > 0); false: it refuses them.
   virtual bool fuses_passes() const { return false; }
   /// Whether MoreLogits works on this executor's contexts.

@@ -142,6 +142,7 @@ class CpuExecutor final : public model::Executor {
   /// their tile copy (both change the speed).
   std::string Describe() const override;
   int host_threads() const override { return pool_->size(); }
+  ThreadPool* host_pool() const override { return pool_.get(); }
   bool fuses_passes() const override { return true; }
   bool computes_more_logits() const override { return true; }
   std::unique_ptr<model::SequenceState> NewState(const model::StateOptions& options) const override;
