@@ -2,6 +2,7 @@
 // pass by pass, spec), and self-speculative decoding is bit-identical to AR decoding.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -652,6 +653,26 @@ TEST(Diffusion, HostPoolGivesTheSameBlocks) {
               << (equal_rows ? " equal rows" : "");
         }
       }
+    }
+  }
+}
+
+// The confidence of a greedy slot takes the row's maximum from the argmax (the kept winner or
+// the excluded mask token, whichever is larger): the bits of the kernel finding it itself.
+TEST(Sampling, ConfidenceOfTheArgMaxTakesItsMaximumFromIt) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-6.0f, 6.0f);
+  std::vector<float> row(4099);
+  for (int rep = 0; rep < 40; ++rep) {
+    for (auto& v : row) v = u(rng);
+    const int32_t mask = rep % 2 ? 4098 : 17;
+    if (rep % 4 < 2) row[static_cast<size_t>(mask)] = 9.0f;  // the excluded entry is the max
+    if (rep % 5 == 0) row[100] = row[2000] = 8.0f;           // a tie among the kept ones
+    const int32_t tok = Sampler::ArgMax(row, mask);
+    for (float below : {-1.0f, 0.0f, 1e-4f, 0.3f, 0.95f, 1.0f}) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(SoftmaxProbAboveOfArgMax(row, tok, mask, below)),
+                std::bit_cast<uint32_t>(SoftmaxProbAbove(row, tok, below)))
+          << "rep " << rep << " below " << below;
     }
   }
 }

@@ -538,7 +538,8 @@ Generation::Best Generation::GreedyCandidates(std::span<const float> logits, int
     const int32_t tok = Sampler::ArgMax(p, params_.mask_id);
     RequireAllowed(p, tok);
     // A NaN row (a failed model) has no probability: 0 (see OnDenoise).
-    float conf = SoftmaxProbAbove(p, tok, std::min(params_.threshold, best.conf));
+    float conf =
+        SoftmaxProbAboveOfArgMax(p, tok, params_.mask_id, std::min(params_.threshold, best.conf));
     if (!(conf >= 0.0f)) conf = 0.0f;
     cand[static_cast<size_t>(j)] = {tok, conf};
     if (conf > best.conf) best = {j, conf};

@@ -91,6 +91,19 @@ float SoftmaxProbAbove(std::span<const float> logits, int32_t token, float below
                                    below);
 }
 
+float SoftmaxProbAboveOfArgMax(std::span<const float> logits, int32_t token, int32_t exclude,
+                               float below) {
+  // The largest kept value and the excluded one: the row's maximum when the row holds no NaN.
+  // (A row with a NaN sums to NaN under any maximum, or stops early below `below` before it,
+  // as with the kernel's own maximum: either way no commit, and 0 or a bound under the best.)
+  float max = logits[static_cast<size_t>(token)];
+  if (exclude >= 0 && static_cast<size_t>(exclude) < logits.size()) {
+    max = std::max(max, logits[static_cast<size_t>(exclude)]);
+  }
+  return kernels::SoftmaxProbAbove(logits.data(), static_cast<int64_t>(logits.size()), token, below,
+                                   max);
+}
+
 std::span<const std::pair<int32_t, float>> Sampler::Probabilities(std::span<const float> logits) {
   cand_.clear();
   if (params_.greedy()) {

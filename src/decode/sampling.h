@@ -108,6 +108,10 @@ float SoftmaxProb(std::span<const float> logits, int32_t token);
 /// SoftmaxProb when it is >= `below`, else some value in [SoftmaxProb, below)
 /// (kernels::SoftmaxProbAbove: the sum stops early on rows that cannot reach `below`).
 float SoftmaxProbAbove(std::span<const float> logits, int32_t token, float below);
+/// The same for `token` = Sampler::ArgMax(logits, exclude): the row's maximum is then logits[token]
+/// or logits[exclude], so the kernel skips its own pass for it (kernels::SoftmaxProbAbove).
+float SoftmaxProbAboveOfArgMax(std::span<const float> logits, int32_t token, int32_t exclude,
+                               float below);
 
 /// The categorical draw every sampled choice uses: the token of the first entry of `dist` whose
 /// cumulative weight exceeds `u`, for `u` uniform in [0, total weight) (weights need not sum to

@@ -166,6 +166,10 @@ float SoftmaxProb(const float* x, int64_t n, int64_t i);
 /// the exact one. For a decision "probability >= below" (diffusion's threshold) at a fraction of
 /// the work on rows that fail it. NaN rows run to the end (NaN compares below nothing).
 float SoftmaxProbAbove(const float* x, int64_t n, int64_t i, float below);
+/// SoftmaxProbAbove with the row's maximum given (`max` = the largest of x[0, n), as an argmax
+/// already found it), so it does not read the row once more for it: the same bits on a row
+/// without NaN. A NaN `max` means unknown (then it reads the row for it).
+float SoftmaxProbAbove(const float* x, int64_t n, int64_t i, float below, float max);
 /// NeoX rope on the first n_rot dims of each head: pair (i, i + n_rot/2) rotates by theta_i =
 /// pos * base^(-2i/n_rot), computed as ggml does (float theta_scale = powf(base, -2/n_rot),
 /// theta multiplied by it once per pair, cos/sin in float). Dims >= n_rot are untouched.

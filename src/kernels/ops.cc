@@ -225,8 +225,8 @@ float SoftmaxProbImpl(const float* x, int64_t n, int64_t at) {
 // SoftmaxProbImpl's value from its sum, or from a partial sum once that gives less than `below`
 // (the sum and the division as SoftmaxProbImpl: double and float rounding are monotone, so a
 // larger sum never gives a larger probability).
-float SoftmaxProbAboveImpl(const float* x, int64_t n, int64_t at, float below) {
-  const float max = MaxOf(x, n);
+float SoftmaxProbAboveImpl(const float* x, int64_t n, int64_t at, float below, float max) {
+  if (std::isnan(max)) max = MaxOf(x, n);
   const double e_at = static_cast<double>(std::exp(x[at] - max));
   const auto prob = [e_at](double s) { return static_cast<float>(e_at / s); };
   return prob(
@@ -449,7 +449,11 @@ float SoftmaxProb(const float* x, int64_t n, int64_t i) {
 }
 float SoftmaxProbAbove(const float* x, int64_t n, int64_t i, float below) {
   Check(i >= 0 && i < n, "SoftmaxProbAbove: index {} outside [0, {})", i, n);
-  return HWY_DYNAMIC_DISPATCH(SoftmaxProbAboveImpl)(x, n, i, below);
+  return HWY_DYNAMIC_DISPATCH(SoftmaxProbAboveImpl)(x, n, i, below, NAN);
+}
+float SoftmaxProbAbove(const float* x, int64_t n, int64_t i, float below, float max) {
+  Check(i >= 0 && i < n, "SoftmaxProbAbove: index {} outside [0, {})", i, n);
+  return HWY_DYNAMIC_DISPATCH(SoftmaxProbAboveImpl)(x, n, i, below, max);
 }
 
 void RopeNeox(float* x, int64_t n_head, int64_t head_dim, int64_t head_stride, int n_rot,

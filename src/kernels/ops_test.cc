@@ -2,6 +2,7 @@
 // scalar twins; tolerances are a few float ulps (Highway's Exp/Log1p are within 1-4 ulp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -116,6 +117,11 @@ TEST(Ops, ArgMaxAndSoftmaxProbMatchTwinsOnEveryTarget) {
           // [SoftmaxProb, below).
           for (float below : {-1.0f, 0.0f, 1e-6f, 0.5f, got, std::nextafter(got, 2.0f), 1.0f}) {
             const float above = SoftmaxProbAbove(x.data(), n, i, below);
+            // The maximum given (as an argmax knows it): the same bits.
+            const float given = SoftmaxProbAbove(x.data(), n, i, below,
+                                                 *std::max_element(x.begin(), x.begin() + n));
+            ASSERT_EQ(std::bit_cast<uint32_t>(given), std::bit_cast<uint32_t>(above))
+                << "n " << n << " i " << i << " below " << below;
             if (got >= below) {
               ASSERT_EQ(std::bit_cast<uint32_t>(above), std::bit_cast<uint32_t>(got))
                   << "n " << n << " i " << i << " below " << below;
