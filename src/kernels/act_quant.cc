@@ -154,7 +154,10 @@ void RowToQ8_0(const float* x, int64_t n, int8_t* q, float* d, int32_t* sums) {
       auto vsum = hn::Zero(di);
       for (int64_t j = 0; j < 32; j += N) {
         const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), hn::Set(df, id)));
-        vsum = hn::Add(vsum, qi);
+        // The sum of the stored codes (DemoteTo saturates): the same as of qi for every block
+        // with a finite 127/amax; a subnormal maximum (127/amax = inf) or a NaN gives out-of-range
+        // qi, whose int32 sum overflowed (undefined; such a block's fp16 scale is 0 or NaN).
+        vsum = hn::Add(vsum, hn::Min(hn::Max(qi, hn::Set(di, -128)), hn::Set(di, 127)));
         hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b * 32 + j);
       }
       sums[b] = -128 * hn::GetLane(hn::SumOfLanes(di, vsum));
