@@ -259,9 +259,10 @@ class Generation {
   bool ReadsInPlace(int64_t t) const;
   // A denoise pass's candidates for the masked slots j0, j0 + step, ... below j1 (greedy, rows
   // read in place): cand[j] = (argmax without the mask token, confidence); returns the first of
-  // those slots with the largest confidence, and that confidence (slot -1 when none is masked). A confidence below both the threshold and
-  // the range's best so far may be a bound from a partial sum (SoftmaxProbAbove); one that
-  // reaches either is exact, so the commits and the best are those of exact confidences.
+  // those slots with the largest confidence, and that confidence (slot -1 when none is masked). A
+  // confidence below both the threshold and the range's best so far may be a bound from a partial
+  // sum (SoftmaxProbAbove); one that reaches either is exact, so the commits and the best are those
+  // of exact confidences.
   struct Best {
     int64_t slot = -1;
     float conf = -1.0f;
