@@ -448,8 +448,7 @@ float SoftmaxProb(const float* x, int64_t n, int64_t i) {
   return HWY_DYNAMIC_DISPATCH(SoftmaxProbImpl)(x, n, i);
 }
 float SoftmaxProbAbove(const float* x, int64_t n, int64_t i, float below) {
-  Check(i >= 0 && i < n, "SoftmaxProbAbove: index {} outside [0, {})", i, n);
-  return HWY_DYNAMIC_DISPATCH(SoftmaxProbAboveImpl)(x, n, i, below, NAN);
+  return SoftmaxProbAbove(x, n, i, below, NAN);  // the maximum unknown: the kernel finds it
 }
 float SoftmaxProbAbove(const float* x, int64_t n, int64_t i, float below, float max) {
   Check(i >= 0 && i < n, "SoftmaxProbAbove: index {} outside [0, {})", i, n);

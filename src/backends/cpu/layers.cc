@@ -27,6 +27,22 @@ void GdnDenoiseState(const float* committed_ssm, int64_t ssm_floats, float* scra
   std::memcpy(scratch_ssm, committed_ssm, sizeof(float) * ssm_floats);
 }
 
+/// The K-1 conv input rows (C floats each, oldest first) before batch row t of a sequence whose
+/// rows start at batch row c0 (t >= c0): rows of `qkv` ([batch row][C]), and for positions
+/// before c0 the rows of its conv `state` ([K-1][C]). Returns them in place when they are all of
+/// one kind, else copies them into `window` ([K-1][C]) and returns it.
+const float* ConvRowsBefore(int64_t t, int64_t c0, const float* state, const float* qkv, int64_t C,
+                            int K, float* window) {
+  if (t == c0) return state;
+  if (t - c0 >= K - 1) return qkv + (t - (K - 1)) * C;
+  for (int i = 0; i < K - 1; ++i) {
+    const int64_t row = t - (K - 1) + i;
+    const float* src = row >= c0 ? qkv + row * C : state + (K - 1 - (c0 - row)) * C;
+    std::copy(src, src + C, window + i * C);
+  }
+  return window;
+}
+
 }  // namespace
 
 void CpuExecutor::Project(RowScratch& s, const float* h, int64_t rows,
@@ -52,18 +68,7 @@ void CpuExecutor::GdnConvRows(int il, int64_t t0, int64_t t1, int64_t c0, const 
   const int64_t ds = hp_.ssm_d_state;
   const float* qkv = ctx.F(ctx.at_.gdn_qkv);
   float* conv = ctx.F(ctx.at_.gdn_conv);
-  // The K-1 rows before t0, oldest first: qkv rows, or for rows before c0 the state's.
-  const float* prev = qkv + (t0 - (K - 1)) * C;
-  if (t0 == c0) {
-    prev = state;
-  } else if (t0 - c0 < K - 1) {
-    for (int i = 0; i < K - 1; ++i) {
-      const int64_t row = t0 - (K - 1) + i;
-      const float* src = row >= c0 ? qkv + row * C : state + (K - 1 - (c0 - row)) * C;
-      std::copy(src, src + C, window + i * C);
-    }
-    prev = window;
-  }
+  const float* prev = ConvRowsBefore(t0, c0, state, qkv, C, K, window);
   kernels::Conv1dArgs c;
   c.x = qkv + t0 * C;
   c.ldx = C;
@@ -181,14 +186,10 @@ void CpuExecutor::GdnCore(int il, int r, std::span<const SequenceInput> seqs,
       std::memcpy(rec.qkv, qkv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
     }
     if (in.kind == PassKind::kCausal && K > 1) {
-      // The state advances to the last K-1 rows of [state; the part's qkv rows] (oldest first).
-      for (int i = 0; i < K - 1; ++i) {
-        const int64_t x = sp.T + i;  // row of that concatenation
-        const float* src =
-            x < K - 1 ? conv_state + x * conv_dim : qkv + (sp.row0 + x - (K - 1)) * conv_dim;
-        std::copy(src, src + conv_dim, window + i * conv_dim);
-      }
-      std::copy(window, window + (K - 1) * conv_dim, conv_state);
+      // The state advances to the K-1 rows before the part's end (oldest first).
+      const float* last =
+          ConvRowsBefore(sp.row0 + sp.T, sp.row0, conv_state, qkv, conv_dim, K, window);
+      if (last != conv_state) std::copy(last, last + (K - 1) * conv_dim, conv_state);
     }
     if (in.record) {
       std::memcpy(rec.qkv_conv, conv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
