@@ -245,7 +245,9 @@ void AttentionTask(const AttentionArgs& a, int64_t t0, int64_t t1, int g) {
           cmax = std::max(cmax, hn::GetLane(hn::MaxOfLanes(d, v)));
         }
         const float m_new = std::max(m[i], cmax);
-        corrs[u] = std::exp(m[i] - m_new);  // 0 on the first chunk (m = -inf)
+        // exp(m - m_new): 0 on the first chunk (m = -inf), and exactly 1 whenever a finite
+        // maximum stayed (most chunks after the first), where the call is skipped: the same value.
+        corrs[u] = std::isfinite(m[i]) && m_new == m[i] ? 1.0f : std::exp(m[i] - m_new);
         float psum = 0.0f;
         for (int j = 0; j < kKeyChunk; j += static_cast<int>(N)) {
           const auto e = hn::IfThenElseZero(

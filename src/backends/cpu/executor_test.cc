@@ -537,13 +537,15 @@ TEST(CpuExecutor, RowSplitPassesGiveTheColumnSplitBits) {
     const auto prompt = RandomTokens(41, 60, 1500);  // blocks of 20 and 21 rows
     SequenceInput pa{a.get(), prompt}, pb{b.get(), prompt};
     both({&pa, 1}, {&pb, 1}, "prompt");
-    // A recorded 17-row verify, rolled back to 6 tokens; a 32-row denoise block.
+    // A recorded 17-row verify (blocks of 13 and 4 rows), rolled back to 15 tokens: the replay
+    // reads rows of the second block, among them its first K-1 conv rows, which GdnCore
+    // computes after the row phase; a 32-row denoise block.
     const auto block = RandomTokens(17, 61, 1500);
     SequenceInput va{a.get(), block, PassKind::kCausal, LogitRows::kAll, true};
     SequenceInput vb{b.get(), block, PassKind::kCausal, LogitRows::kAll, true};
     both({&va, 1}, {&vb, 1}, "verify");
-    a->RollbackTo(6);
-    b->RollbackTo(6);
+    a->RollbackTo(15);
+    b->RollbackTo(15);
     EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
     std::vector<int32_t> masks(32, 1626);
     masks[0] = 99;
