@@ -308,12 +308,12 @@ void Run(const RunFlags& f) {
           static_cast<long long>(st.rounds), st.mean_accepted(),
           st.rounds ? static_cast<double>(st.verify_rows) / static_cast<double>(st.rounds) : 0.0,
           hist.c_str());
-      std::fprintf(stderr,
-                   "crossword: verify logit rows %lld of %lld verified tokens (%lld further "
-                   "chunks)\n",
-                   static_cast<long long>(st.verify_logit_rows),
-                   static_cast<long long>(st.verify_rows),
-                   static_cast<long long>(st.verify_more_calls));
+      std::fprintf(
+          stderr,
+          "crossword: verify logit rows %lld of %lld verified tokens (%lld further "
+          "chunks); %lld drafts ended at a drafted end of generation\n",
+          static_cast<long long>(st.verify_logit_rows), static_cast<long long>(st.verify_rows),
+          static_cast<long long>(st.verify_more_calls), static_cast<long long>(st.draft_eog_cuts));
     }
   }
   if (interrupted) throw CLI::RuntimeError(130);  // the shell's code for SIGINT

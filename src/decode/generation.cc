@@ -680,7 +680,8 @@ void Generation::OnDraft(std::span<const float> logits) {
   TokenConstraint* c = constraint_.get();
   size_t tentative = 0;
   for (int64_t j = 1; j < B; ++j) {
-    if (c && c->Terminated()) {  // the grammar ended with the previous draft (an EOG)
+    if (c && c->Terminated()) {  // the grammar ended with the previous draft (an end token
+      // outside eog_ids; a drafted EOG ends the draft below)
       verify_len_ = j;
       break;
     }
@@ -715,6 +716,15 @@ void Generation::OnDraft(std::span<const float> logits) {
       }
       draft_dist_[j].assign(q.begin(), q.end());
       block_[j] = Draw(q, sampler_.Uniform());
+    }
+    // A drafted end of generation ends the draft before it (lossless): the verify pass's last
+    // row then decides that slot as AR would (the bonus), and the rows after an accepted end
+    // would never be read. Short answers end inside a draft: their last verify pass was a full
+    // block of rows.
+    if (IsEog(block_[j])) {
+      verify_len_ = j;
+      ++stats_.draft_eog_cuts;
+      break;
     }
     if (c) {
       if (!c->Accept(block_[j])) {  // only when no token at all is allowed (cannot happen)

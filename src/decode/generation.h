@@ -159,6 +159,9 @@ struct DecodeStats {
   /// Spec: logit rows the verify passes computed (fewer than verify_rows with chunks), and the
   /// further chunks asked for after a pass (Executor::MoreLogits calls).
   int64_t verify_logit_rows = 0, verify_more_calls = 0;
+  /// Spec: rounds whose draft ended at a drafted end of generation (their verify pass skipped
+  /// the rows after it).
+  int64_t draft_eog_cuts = 0;
   int64_t fused_passes = 0;  ///< commit/verify passes that carried the next block's first pass
   int64_t fused_hits = 0;    ///< ... whose tail was used (the pass it replaced did not run)
   double prefill_seconds = 0, ar_seconds = 0, denoise_seconds = 0, commit_seconds = 0;

@@ -156,6 +156,32 @@ TEST(TinyModel, SpecEqualsArOnEveryGoldenPrompt) {
   }
 }
 
+// A drafted end of generation ends the draft (Generation::OnDraft): the trained model's short
+// answers end inside a draft, so their last verify pass is shorter than a full round; the answer
+// stays AR's (greedy) on every golden prompt.
+TEST(TinyModel, DraftedEndsShortenTheVerifyPass) {
+  const json g = Golden();
+  int64_t cuts = 0, rows = 0, full = 0;
+  for (const json& run : g["runs"]) {
+    const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
+    SCOPED_TRACE(run["question"].get<std::string>());
+    decode::DecodeParams p = Params(json{{"mode", "spec"}}, 160);
+    p.draft_auto = false;
+    p.draft_max = 0;  // rounds of block_size rows: a seed and block_size - 1 drafts
+    decode::DecodeStats st;
+    EXPECT_EQ(RunWithStats(prompt, p, st),
+              Generate(prompt, Params(json{{"mode", "ar"}}, 160), GgmlType::kF16));
+    cuts += st.draft_eog_cuts;
+    rows += st.verify_rows;
+    full += st.rounds * p.block_size;
+  }
+  EXPECT_GT(cuts, 0) << "no draft ended at a drafted end of generation";
+  EXPECT_LT(rows, full);
+  std::printf("drafted ends: %lld rounds cut; verified tokens %lld of %lld\n",
+              static_cast<long long>(cuts), static_cast<long long>(rows),
+              static_cast<long long>(full));
+}
+
 // Fused passes (--fuse-passes) on the trained model: on every golden prompt diffusion gives the
 // unfused tokens with the same commit passes, and spec gives the AR answer; tails are used (the
 // guessed seeds hit), and each one saved exactly one denoise/draft pass.
