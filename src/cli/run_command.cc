@@ -311,7 +311,7 @@ void Run(const RunFlags& f) {
       std::fprintf(
           stderr,
           "crossword: verify logit rows %lld of %lld verified tokens (%lld further "
-          "chunks); %lld drafts ended at a drafted end of generation\n",
+          "chunks); drafts cut at a drafted end of generation: %lld\n",
           static_cast<long long>(st.verify_logit_rows), static_cast<long long>(st.verify_rows),
           static_cast<long long>(st.verify_more_calls), static_cast<long long>(st.draft_eog_cuts));
     }

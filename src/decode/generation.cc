@@ -489,8 +489,11 @@ int64_t Generation::BlockLen(int64_t generated) const {
 }
 
 int32_t Generation::Guess(std::span<const float> logits, int64_t row, int64_t t) {
-  return Sampler::ArgMax(Processed(logits.subspan(row * n_vocab_, n_vocab_), t, nullptr),
-                         params_.mask_id);
+  const int32_t g = Sampler::ArgMax(Processed(logits.subspan(row * n_vocab_, n_vocab_), t, nullptr),
+                                    params_.mask_id);
+  // An end of generation as the next seed ends the answer: no block would read a tail after it
+  // (after a draft cut at a drafted end, the bonus row's guess is mostly that end).
+  return IsEog(g) ? -1 : g;
 }
 
 void Generation::UseTail(std::span<const float> logits, int64_t tail, int32_t guess) {

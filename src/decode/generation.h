@@ -311,7 +311,8 @@ class Generation {
   // Tokens of a block started after `generated` tokens were emitted (spec: draft_max; the answer
   // limit; not draft_auto).
   int64_t BlockLen(int64_t generated) const;
-  // Fused passes: the guess of the token after the block from its row `row` (penalty index t).
+  // Fused passes: the guess of the token after the block from its row `row` (penalty index t);
+  // -1 (no tail) when it is an end of generation.
   int32_t Guess(std::span<const float> logits, int64_t row, int64_t t);
   // Fused passes: after StartBlock, the tail's logits (`tail` rows computed for [guess, MASK..])
   // stand for the block's first pass when the seed is `guess` and the block has `tail` slots.
