@@ -614,7 +614,11 @@ void Generation::OnDenoise(std::span<const float> logits) {
     // most confident slot and the block ends. (A row with every token banned failed above.)
     // The exact confidence matters only if it reaches the threshold or beats the best so far, so
     // below both the sum may stop early (the value then stays below both: no commit, no best).
-    float conf = SoftmaxProbAbove(p, tok, std::min(params_.threshold, best_conf));
+    // A greedy token is the row's argmax, so its maximum is known (as in GreedyCandidates).
+    const float below = std::min(params_.threshold, best_conf);
+    float conf = params_.sampling.greedy()
+                     ? SoftmaxProbAboveOfArgMax(p, tok, params_.mask_id, below)
+                     : SoftmaxProbAbove(p, tok, below);
     if (!(conf >= 0.0f)) conf = 0.0f;
     cand[j] = {tok, conf};
     if (conf > best_conf) {
@@ -683,8 +687,9 @@ void Generation::OnDraft(std::span<const float> logits) {
   TokenConstraint* c = constraint_.get();
   size_t tentative = 0;
   for (int64_t j = 1; j < B; ++j) {
-    if (c && c->Terminated()) {  // the grammar ended with the previous draft (an end token
-      // outside eog_ids; a drafted EOG ends the draft below)
+    // The grammar ended with the previous draft: an end token outside eog_ids (a drafted EOG
+    // ends the draft below, before the grammar sees it).
+    if (c && c->Terminated()) {
       verify_len_ = j;
       break;
     }
