@@ -3,22 +3,11 @@
 
 #include <mutex>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "core/cpu_relax.h"
 
 namespace crossword {
 namespace {
 
-// One spin-wait hint: PAUSE on x86, YIELD on Arm (both tell the core a sibling may run), nothing
-// elsewhere. The only architecture-specific line of the pool.
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__) || defined(__arm__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 // Waiting: a short busy spin (the other thread is usually microseconds away), then yielding the
 // core (if the machine is oversubscribed, the thread we wait for may need this very core), then
 // sleeping on the atomic (an idle pool costs no CPU).

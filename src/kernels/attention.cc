@@ -307,5 +307,19 @@ void Attention(const AttentionArgs& args, ThreadPool& pool) {
   });
 }
 
+void AttentionRows(const AttentionArgs& args, int64_t t0, int64_t t1) {
+  ref::CheckAttentionArgs(args);
+  Check(t0 >= 0 && t0 <= t1 && t1 <= args.T, "AttentionRows: tokens [{}, {}) outside [0, {}]", t0,
+        t1, args.T);
+  const int group = args.n_head / args.n_head_kv;
+  Check(group <= detail::kMaxQRows, "Attention: {} query heads per kv head exceed the limit {}",
+        group, detail::kMaxQRows);
+  const int64_t tb = std::max(1, detail::kMaxQRows / group);
+  for (int64_t a = t0; a < t1; a += tb) {
+    for (int g = 0; g < args.n_head_kv; ++g)
+      HWY_DYNAMIC_DISPATCH(AttentionTask)(args, a, std::min(t1, a + tb), g);
+  }
+}
+
 }  // namespace crossword::kernels
 #endif  // HWY_ONCE

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <tuple>
@@ -144,6 +145,54 @@ TEST(Attention, CausalRowsAreBatchInvariant) {
               << TargetName(target) << " D " << D << " row " << t << " column " << j;
         }
       }
+    }
+  }
+}
+
+// AttentionRows (a pipelined row block's queries) gives each row the bits of the whole call, for
+// causal and bidirectional blocks, F16 and F32 caches, cut anywhere; and rejects a bad range.
+TEST(Attention, RowsOfACallGiveItsBits) {
+  TargetGuard guard;
+  ThreadPool pool(2);
+  const int64_t T = 21, n_past = 19, n_kv = n_past + T;
+  const int n_head = 4, n_head_kv = 2;
+  const int64_t D = 32, ldq = n_head * D, ldk = n_head_kv * D, ldo = n_head * D;
+  const auto q = Random(T * ldq, -1.0f, 1.0f, 21);
+  const auto kf = Random(n_kv * ldk, -1.0f, 1.0f, 22), vf = Random(n_kv * ldk, -1.0f, 1.0f, 23);
+  std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+  for (size_t i = 0; i < kf.size(); ++i) {
+    kh[i] = F32ToF16(kf[i]);
+    vh[i] = F32ToF16(vf[i]);
+  }
+  for (const GgmlType type : {GgmlType::kF16, GgmlType::kF32}) {
+    for (const bool causal : {true, false}) {
+      AttentionArgs a;
+      a.q = q.data();
+      a.ldq = ldq;
+      a.k = type == GgmlType::kF16 ? static_cast<const void*>(kh.data()) : kf.data();
+      a.v = type == GgmlType::kF16 ? static_cast<const void*>(vh.data()) : vf.data();
+      a.kv_type = type;
+      a.ldk = a.ldv = ldk;
+      a.ldo = ldo;
+      a.T = T;
+      a.n_past = n_past;
+      a.n_head = n_head;
+      a.n_head_kv = n_head_kv;
+      a.head_dim = D;
+      a.causal = causal;
+      for (int64_t target : AvailableTargets()) {
+        ForceTargetForTest(target);
+        std::vector<float> all(T * ldo), parts(T * ldo, -1.0f);
+        a.out = all.data();
+        Attention(a, pool);
+        a.out = parts.data();
+        for (const auto& [t0, t1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 6}, {6, 21}})
+          AttentionRows(a, t0, t1);
+        ASSERT_EQ(std::memcmp(all.data(), parts.data(), all.size() * sizeof(float)), 0)
+            << TargetName(target) << (causal ? " causal" : " bidirectional");
+      }
+      EXPECT_THROW(AttentionRows(a, 3, 22), Error);
+      EXPECT_THROW(AttentionRows(a, 4, 3), Error);
     }
   }
 }

@@ -126,6 +126,7 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
       options.row_split == RowSplit::kRows ||
       (options.row_split == RowSplit::kAuto && max_layer_bytes <= kRowSplitMaxLayerBytes);
   row_parts_ = rows ? std::min(pool_->size(), kMaxRowParts) : 1;
+  pipelined_ = options.pipelined;
   if (rows && pool_->size() > 1) {
     logger_.Info("multi-row passes split by rows across {} threads (largest layer {:.2f} MiB)",
                  row_parts_, max_layer_bytes / 1048576.0);
@@ -221,6 +222,7 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
     s.offsets.assign(static_cast<size_t>(hp.n_expert) + 1, 0);
     s.used.assign(static_cast<size_t>(hp.n_expert), 0);
     s.conv_window.assign(static_cast<size_t>(std::max(0, hp.ssm_d_conv - 1) * hp.conv_dim()), 0.0f);
+    s.used_by_layer.assign(static_cast<size_t>(hp.n_layer) * static_cast<size_t>(hp.n_expert), 0);
   }
   seq_logit_offset_.assign(options.max_seqs, 0);
   seq_logit_count_.assign(options.max_seqs, 0);
@@ -373,9 +375,18 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   // side by side, the parts that mix rows (conv, recurrence, attention) over the whole batch.
   // Not with an observer (it sees whole tensors) or expert anchors (a mask row reads its anchor
   // rows' routing), and only with kMinRowsPerBlock rows per block: fewer do not pay the hand-off.
+  // Pipelined row blocks (RunPipelined: one sequence without a fused tail) meet only where a
+  // layer mixes rows, so blocks of kMinPipelinedRows pay (bench --sweep, 2 threads: verify8
+  // 0.36 -> 0.26 ms in 8 rotated rounds); a block also holds the conv window's K-1 rows, so
+  // that its first conv rows read only the block before it.
   constexpr int64_t kMinRowsPerBlock = 8;
+  constexpr int64_t kMinPipelinedRows = 4;
   bool anchors = false;
   for (const SequenceInput& in : seqs) anchors |= in.expert_anchor_rows > 0;
+  const bool may_pipeline =
+      pipelined_ && seqs.size() == 1 && n_parts == 1 && first_layer < hp_.n_layer;
+  const int64_t min_rows =
+      may_pipeline ? std::max<int64_t>(kMinPipelinedRows, hp_.ssm_d_conv - 1) : kMinRowsPerBlock;
   int64_t n_blocks = 1;
   // Block p takes rows [bound[p], bound[p + 1]) of the `rows` a row phase runs (every row of
   // the pass; the last layer's kept rows). Two blocks share the rows in inverse
@@ -385,8 +396,7 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   // blocks split evenly. Any partition gives the same bits.
   std::array<int64_t, kMaxRowParts + 1> bound{};
   auto split_rows = [&](int64_t rows) {
-    n_blocks =
-        observer || anchors ? 1 : std::clamp<int64_t>(rows / kMinRowsPerBlock, 1, row_parts_);
+    n_blocks = observer || anchors ? 1 : std::clamp<int64_t>(rows / min_rows, 1, row_parts_);
     for (int64_t p = 0; p <= n_blocks; ++p) bound[p] = p * rows / n_blocks;
     if (n_blocks == 2 && ctx.parts_[0].cost > 0.0 && ctx.parts_[1].cost > 0.0) {
       const double share0 = ctx.parts_[1].cost / (ctx.parts_[0].cost + ctx.parts_[1].cost);
@@ -443,11 +453,49 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
     emit("l_out", il, x, total, E);
   };
-  if (first_layer < hp_.n_layer) {
+  // Pipelined row blocks (RunPipelined): one sequence without a fused tail, blocks of equal rows;
+  // they run every layer up to the last one's Core, whose Out part runs below on its kept rows.
+  const bool pipelined = may_pipeline && n_blocks >= 2;
+  int il0 = first_layer;
+  if (pipelined) {
+    for (int64_t p = 0; p <= n_blocks; ++p) bound[p] = p * total / n_blocks;
+    auto in_fn = [&](int il, int64_t r0, int64_t n, RowScratch& s) { layer_in(il, r0, n, s); };
+    auto out_in_fn = [&](int il, int64_t r0, int64_t n, RowScratch& s) {
+      layer_out(il, r0, n, s);
+      layer_in(il + 1, r0, n, s);
+    };
+    struct Fns {
+      decltype(in_fn)* in;
+      decltype(out_in_fn)* out_in;
+    } fns{&in_fn, &out_in_fn};
+    const BlockParts parts{&fns,
+                           [](void* f, int il, int64_t r0, int64_t n, RowScratch& s) {
+                             (*static_cast<Fns*>(f)->in)(il, r0, n, s);
+                           },
+                           [](void* f, int il, int64_t r0, int64_t n, RowScratch& s) {
+                             (*static_cast<Fns*>(f)->out_in)(il, r0, n, s);
+                           }};
+    RunPipelined(first_layer, lp[0], lsp[0],
+                 std::span<const int64_t>(bound.data(), static_cast<size_t>(n_blocks) + 1), ctx,
+                 parts);
+    const size_t n_expert = static_cast<size_t>(hp_.n_expert);
+    for (int il = first_layer; il + 1 < hp_.n_layer; ++il) {
+      for (size_t e = 0; e < n_expert; ++e) {
+        bool used = false;
+        for (int64_t p = 0; p < n_blocks; ++p)
+          used |= ctx.parts_[static_cast<size_t>(p)].used_by_layer[il * n_expert + e] != 0;
+        ctx.mutable_counters().experts_used += used;
+      }
+      ++ctx.mutable_counters().moe_layers;
+    }
+    il0 = hp_.n_layer - 1;
+  } else if (first_layer < hp_.n_layer) {
     rows_phase([&](int64_t r0, int64_t n, RowScratch& s) { layer_in(first_layer, r0, n, s); });
   }
-  for (int il = first_layer; il < hp_.n_layer; ++il) {
-    if (w_.layers[il].is_recurrent()) {
+  for (int il = il0; il < hp_.n_layer; ++il) {
+    if (pipelined) {
+      // The last layer's Core ran in the pipeline.
+    } else if (w_.layers[il].is_recurrent()) {
       GdnCore(il, layer_slot_[il], lp, lsp, ctx, seqs, sp,
               std::span<const int64_t>(bound.data(), static_cast<size_t>(n_blocks) + 1));
     } else {

@@ -2,6 +2,8 @@
 // (src/kernels), on a ThreadPool the executor owns. Implements model/forward.h.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/cpu/state.h"
 #include "base/log.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
@@ -35,6 +38,9 @@ struct CpuOptions {
   /// dominate. The same bits either way (the kernels are batch-invariant).
   enum class RowSplit { kAuto, kRows, kColumns };
   RowSplit row_split = RowSplit::kAuto;
+  /// Row-split passes of one sequence run as pipelined row blocks (docs/decoding.md, "Pipelined
+  /// row blocks"); false: phase by phase, all threads meeting twice per layer. The same bits.
+  bool pipelined = true;
   Logger logger;
 };
 
@@ -73,6 +79,7 @@ class CpuContext final : public model::ForwardContext {
     std::vector<int32_t> counts, offsets;  // [n_expert], [n_expert + 1]
     std::vector<uint8_t> used;             // [n_expert]
     std::vector<float> conv_window;        // [ssm_d_conv - 1][conv_dim] (GdnConvRows)
+    std::vector<uint8_t> used_by_layer;    // [n_layer][n_expert]: `used` of a pipelined pass
     double seconds = 0.0;                  // this block's time in the last row phase
     double cost = 0.0;  // seconds per row, decayed 0.8 per phase (0: not measured yet)
   };
@@ -127,6 +134,13 @@ class CpuContext final : public model::ForwardContext {
     size_t rows_y;         ///< int32 [T*k] grouped by expert: output row (t*k + slot)
   } at_{};
   int64_t gdn_scratch_floats_ = 0;
+  // Pipelined row blocks (CpuExecutor::RunPipelined): the last stage each block finished, on its
+  // own cache line, and whether a block failed (the others then stop waiting).
+  struct alignas(64) Progress {
+    std::atomic<int64_t> stage{-1};
+  };
+  std::array<Progress, kMaxRowParts> progress_{};
+  std::atomic<bool> pipeline_failed_{false};
 };
 
 /// Runs forward passes on the CPU. Owns its ThreadPool (used by Forward and by its states'
@@ -206,6 +220,43 @@ class CpuExecutor final : public model::Executor {
   void AttentionCore(int il, int attention_index, std::span<const model::SequenceInput> seqs,
                      std::span<const SeqSpan> spans, CpuContext& ctx) const;
   void AttentionOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
+  // Pieces of GdnCore and AttentionCore that a pipelined block runs on its own rows too:
+  // tokens [t0, t1) of span sp (offsets from sp.row0).
+  // Records the conv inputs and outputs, decays and write strengths of those tokens.
+  void GdnRecordRows(const CpuState::Record& rec, const SeqSpan& sp, int64_t t0, int64_t t1,
+                     CpuContext& ctx) const;
+  // The delta rule's arguments for those tokens on `state`.
+  kernels::GdnArgs GdnArgsFor(const SeqSpan& sp, float* state, int64_t t0, int64_t t1,
+                              CpuContext& ctx) const;
+  // A causal pass's conv state: the K-1 conv input rows before the span's end (oldest first).
+  void AdvanceConvState(float* conv_state, const SeqSpan& sp, float* window, CpuContext& ctx) const;
+  // Per-head q/k RMSNorm and rope of those tokens, their K and V rows into the cache.
+  void AttentionPrologue(int il, int attention_index, CpuState& st, const SeqSpan& sp, int64_t t0,
+                         int64_t t1, CpuContext& ctx) const;
+  kernels::AttentionArgs AttentionArgsFor(int attention_index, CpuState& st, const SeqSpan& sp,
+                                          bool causal, CpuContext& ctx) const;
+
+  // Pipelined row blocks (pipeline.cc; docs/decoding.md, "Pipelined row blocks"): a row-split
+  // pass of one sequence whose blocks each run every layer's In, Core and Out parts on their own
+  // rows, on their own thread, from the In part of first_layer through the Core of the last
+  // layer, meeting only where a Core mixes rows: a block's GDN recurrence continues from the
+  // state the block before it left (and its first K-1 conv rows read that block's rows), and its
+  // attention queries wait for the K/V rows they read. The same bits as the phase-by-phase pass.
+  struct BlockParts {  // Run's row work, for a block of rows: In of il; Out of il, In of il + 1
+    void* self;
+    void (*in)(void* self, int il, int64_t r0, int64_t n, RowScratch& s);
+    void (*out_in)(void* self, int il, int64_t r0, int64_t n, RowScratch& s);
+  };
+  void RunPipelined(int first_layer, const model::SequenceInput& in, const SeqSpan& sp,
+                    std::span<const int64_t> bounds, CpuContext& ctx,
+                    const BlockParts& parts) const;
+  void GdnBlockCore(int il, const model::SequenceInput& in, const SeqSpan& sp, int64_t r0,
+                    int64_t n, int p, int n_blocks, int prev_gdn, CpuContext& ctx) const;
+  void AttentionBlockCore(int il, const model::SequenceInput& in, const SeqSpan& sp, int64_t r0,
+                          int64_t n, int p, int n_blocks, CpuContext& ctx) const;
+  // Waits until block q has finished `stage`; throws PipelineAborted when another block failed.
+  static void WaitForBlock(CpuContext& ctx, int q, int64_t stage);
+
   // The MoE block of rows [r0, r0 + n) into block_out; s.used marks the experts they selected.
   void MoeLayer(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
   // The last layer's Out part and MoE run only on the rows whose final residual is read: rows
@@ -245,6 +296,7 @@ class CpuExecutor final : public model::Executor {
   std::vector<int> layer_slot_;              // il -> index among recurrent or attention layers
   std::vector<kernels::ActFormat> formats_;  // activation formats any weight needs
   int row_parts_ = 1;
+  bool pipelined_ = true;
 };
 
 }  // namespace crossword::backends::cpu

@@ -49,14 +49,16 @@ struct Runner {
   std::unique_ptr<ForwardContext> ctx;
 
   explicit Runner(const std::string& path, int max_seqs = 2,
-                  CpuOptions::RowSplit split = CpuOptions::RowSplit::kAuto, int threads = 2) {
+                  CpuOptions::RowSplit split = CpuOptions::RowSplit::kAuto, int threads = 2,
+                  bool pipelined = true) {
     LoadOptions lo;
     lo.logger = Logger::Silent();
     model = Model::Load(path, lo);
-    exec = std::make_unique<CpuExecutor>(
-        model,
-        CpuOptions{
-            .threads = threads, .repack = true, .row_split = split, .logger = Logger::Silent()});
+    exec = std::make_unique<CpuExecutor>(model, CpuOptions{.threads = threads,
+                                                           .repack = true,
+                                                           .row_split = split,
+                                                           .pipelined = pipelined,
+                                                           .logger = Logger::Silent()});
     ContextOptions co;
     co.max_tokens = 256;
     co.max_seqs = max_seqs;
@@ -520,7 +522,9 @@ TEST(CpuExecutor, RowSplitPassesGiveTheColumnSplitBits) {
       EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
       EXPECT_EQ(rows.ctx->experts_used(), cols.ctx->experts_used());
     };
-    // Each pass divides its rows differently: evenly, then 3/4 and 1/4 to the first block.
+    // Passes of one sequence run as pipelined row blocks of equal rows (PipelinedRowBlocks*
+    // below); passes of two divide their rows differently: evenly, then 3/4 and 1/4 to the first
+    // block.
     auto& rows_ctx = static_cast<backends::cpu::CpuContext&>(*rows.ctx);
     int pass = 0;
     auto both = [&](std::span<SequenceInput> a, std::span<SequenceInput> b, const char* what) {
@@ -537,9 +541,9 @@ TEST(CpuExecutor, RowSplitPassesGiveTheColumnSplitBits) {
     const auto prompt = RandomTokens(41, 60, 1500);  // blocks of 20 and 21 rows
     SequenceInput pa{a.get(), prompt}, pb{b.get(), prompt};
     both({&pa, 1}, {&pb, 1}, "prompt");
-    // A recorded 17-row verify (blocks of 13 and 4 rows), rolled back to 15 tokens: the replay
-    // reads rows of the second block, among them its first K-1 conv rows, which GdnCore
-    // computes after the row phase; a 32-row denoise block.
+    // A recorded 17-row verify (blocks of 8 and 9 rows), rolled back to 15 tokens: the replay
+    // reads rows of the second block, among them its first K-1 conv rows, which the second block
+    // computes from the first block's rows; a 32-row denoise block.
     const auto block = RandomTokens(17, 61, 1500);
     SequenceInput va{a.get(), block, PassKind::kCausal, LogitRows::kAll, true};
     SequenceInput vb{b.get(), block, PassKind::kCausal, LogitRows::kAll, true};
@@ -589,6 +593,42 @@ TEST(CpuExecutor, RowSplitPassesGiveTheColumnSplitBits) {
               0);
     EXPECT_EQ(GdnBytes(*a2, hp), GdnBytes(*b2, hp));
     EXPECT_EQ(GdnBytes(*a3, hp), GdnBytes(*b3, hp));
+  }
+}
+
+// Pipelined row blocks (one sequence; 2 and 3 threads) against the same passes phase by phase:
+// the same logits, expert counts and GDN states after causal passes (blocks of 4 rows and up,
+// uneven cuts), a recorded verify rolled back into its second block, and denoise passes (the
+// scratch state handed from block to block; bidirectional attention waits for every block's K/V
+// rows), and a causal pass that reads what they all left.
+TEST(CpuExecutor, PipelinedRowBlocksGiveThePhaseBits) {
+  const std::string path = Synth("fuse_Q4_0.gguf", "clover_moe", "official", "Q4_0");
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(threads);
+    Runner pipe(path, 2, CpuOptions::RowSplit::kRows, threads, true);
+    Runner phase(path, 2, CpuOptions::RowSplit::kRows, threads, false);
+    const Hparams& hp = pipe.model->hparams();
+    auto a = pipe.State(), b = phase.State();
+    auto same = [&](std::span<const int32_t> toks, PassKind kind, bool record, const char* what) {
+      SCOPED_TRACE(what);
+      const auto x = pipe.Run(*a, toks, kind, LogitRows::kAll, record);
+      const auto y = phase.Run(*b, toks, kind, LogitRows::kAll, record);
+      ASSERT_EQ(x.size(), y.size());
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+      EXPECT_EQ(pipe.ctx->experts_used(), phase.ctx->experts_used());
+      EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
+    };
+    same(RandomTokens(8, 81, 1500), PassKind::kCausal, false, "8 rows: two blocks of 4");
+    same(RandomTokens(13, 82, 1500), PassKind::kCausal, false, "13 rows");
+    same(RandomTokens(17, 83, 1500), PassKind::kCausal, true, "recorded verify of 17 rows");
+    a->RollbackTo(12);
+    b->RollbackTo(12);
+    EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
+    std::vector<int32_t> masks(32, 1626);
+    masks[0] = 99;
+    same(masks, PassKind::kDenoise, false, "denoise 32");
+    same(std::span<const int32_t>(masks).first(9), PassKind::kDenoise, false, "denoise 9");
+    same(RandomTokens(32, 84, 1500), PassKind::kCausal, false, "after the denoise passes");
   }
 }
 

@@ -157,16 +157,6 @@ void CpuExecutor::GdnCore(int il, int r, std::span<const SequenceInput> seqs,
   }
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
-  const int64_t conv_dim = hp_.conv_dim();
-  const int64_t key_dim = hp_.ssm_key_dim();
-  const int64_t d_inner = hp_.ssm_d_inner;
-  const int n_v = hp_.ssm_n_v_heads;
-  const int64_t ds = hp_.ssm_d_state;
-  float* qkv = f + at.gdn_qkv;
-  float* conv = f + at.gdn_conv;
-  float* o = f + at.gdn_out;
-  float* g = f + at.gdn_decay;
-  float* beta = f + at.gdn_beta;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SequenceInput& in = seqs[s];
     const SeqSpan& sp = spans[s];
@@ -183,36 +173,59 @@ void CpuExecutor::GdnCore(int il, int r, std::span<const SequenceInput> seqs,
       rec = st.record(r);
       std::memcpy(rec.conv0, conv_state, sizeof(float) * st.conv_floats());
       std::memcpy(rec.ssm0, ssm_state, sizeof(float) * st.ssm_floats());
-      std::memcpy(rec.qkv, qkv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
+      GdnRecordRows(rec, sp, 0, sp.T, ctx);
     }
-    if (in.kind == PassKind::kCausal && K > 1) {
-      // The state advances to the K-1 rows before the part's end (oldest first).
-      const float* last =
-          ConvRowsBefore(sp.row0 + sp.T, sp.row0, conv_state, qkv, conv_dim, K, window);
-      if (last != conv_state) std::copy(last, last + (K - 1) * conv_dim, conv_state);
-    }
-    if (in.record) {
-      std::memcpy(rec.qkv_conv, conv + sp.row0 * conv_dim, sizeof(float) * sp.T * conv_dim);
-      std::memcpy(rec.g, g + sp.row0 * n_v, sizeof(float) * sp.T * n_v);
-      std::memcpy(rec.beta, beta + sp.row0 * n_v, sizeof(float) * sp.T * n_v);
-    }
-    kernels::GdnArgs a;
-    a.T = sp.T;
-    a.n_k_heads = hp_.ssm_n_k_heads;
-    a.n_v_heads = n_v;
-    a.dk = a.dv = ds;
-    a.q = conv + sp.row0 * conv_dim;
-    a.k = a.q + key_dim;
-    a.v = a.q + 2 * key_dim;
-    a.ldq = a.ldk = a.ldv = conv_dim;
-    a.g = g + sp.row0 * n_v;
-    a.beta = beta + sp.row0 * n_v;
-    a.ldg = n_v;
-    a.state = ssm_state;
-    a.out = o + sp.row0 * d_inner;
-    a.ldo = d_inner;
-    kernels::GatedDeltaRule(a, pool);
+    if (in.kind == PassKind::kCausal && K > 1) AdvanceConvState(conv_state, sp, window, ctx);
+    kernels::GatedDeltaRule(GdnArgsFor(sp, ssm_state, 0, sp.T, ctx), pool);
   }
+}
+
+void CpuExecutor::GdnRecordRows(const CpuState::Record& rec, const SeqSpan& sp, int64_t t0,
+                                int64_t t1, CpuContext& ctx) const {
+  const float* f = ctx.f_.data();
+  const auto& at = ctx.at_;
+  const int64_t conv_dim = hp_.conv_dim();
+  const int n_v = hp_.ssm_n_v_heads;
+  const int64_t r0 = sp.row0 + t0, n = t1 - t0;
+  std::memcpy(rec.qkv + t0 * conv_dim, f + at.gdn_qkv + r0 * conv_dim,
+              sizeof(float) * n * conv_dim);
+  std::memcpy(rec.qkv_conv + t0 * conv_dim, f + at.gdn_conv + r0 * conv_dim,
+              sizeof(float) * n * conv_dim);
+  std::memcpy(rec.g + t0 * n_v, f + at.gdn_decay + r0 * n_v, sizeof(float) * n * n_v);
+  std::memcpy(rec.beta + t0 * n_v, f + at.gdn_beta + r0 * n_v, sizeof(float) * n * n_v);
+}
+
+void CpuExecutor::AdvanceConvState(float* conv_state, const SeqSpan& sp, float* window,
+                                   CpuContext& ctx) const {
+  const int K = hp_.ssm_d_conv;
+  const int64_t conv_dim = hp_.conv_dim();
+  const float* last = ConvRowsBefore(sp.row0 + sp.T, sp.row0, conv_state, ctx.F(ctx.at_.gdn_qkv),
+                                     conv_dim, K, window);
+  if (last != conv_state) std::copy(last, last + (K - 1) * conv_dim, conv_state);
+}
+
+kernels::GdnArgs CpuExecutor::GdnArgsFor(const SeqSpan& sp, float* state, int64_t t0, int64_t t1,
+                                         CpuContext& ctx) const {
+  const int64_t conv_dim = hp_.conv_dim();
+  const int64_t key_dim = hp_.ssm_key_dim();
+  const int n_v = hp_.ssm_n_v_heads;
+  const int64_t r0 = sp.row0 + t0;
+  kernels::GdnArgs a;
+  a.T = t1 - t0;
+  a.n_k_heads = hp_.ssm_n_k_heads;
+  a.n_v_heads = n_v;
+  a.dk = a.dv = hp_.ssm_d_state;
+  a.q = ctx.F(ctx.at_.gdn_conv) + r0 * conv_dim;
+  a.k = a.q + key_dim;
+  a.v = a.q + 2 * key_dim;
+  a.ldq = a.ldk = a.ldv = conv_dim;
+  a.g = ctx.F(ctx.at_.gdn_decay) + r0 * n_v;
+  a.beta = ctx.F(ctx.at_.gdn_beta) + r0 * n_v;
+  a.ldg = n_v;
+  a.state = state;
+  a.out = ctx.F(ctx.at_.gdn_out) + r0 * hp_.ssm_d_inner;
+  a.ldo = hp_.ssm_d_inner;
+  return a;
 }
 
 void CpuExecutor::GdnOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const {
@@ -271,70 +284,80 @@ void CpuExecutor::AttentionIn(int il, int64_t r0, int64_t n, RowScratch& s, CpuC
 
 void CpuExecutor::AttentionCore(int il, int a_idx, std::span<const SequenceInput> seqs,
                                 std::span<const SeqSpan> spans, CpuContext& ctx) const {
-  ThreadPool& pool = *pool_;
-  const LayerWeights& L = w_.layers[il];
-  float* f = ctx.f_.data();
-  const auto& at = ctx.at_;
-  const int64_t hd = hp_.head_dim;
-  const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hd;
-  const int64_t kv_dim = static_cast<int64_t>(hp_.n_head_kv) * hd;
-  float* qg = f + at.attn_q_gate;  // [T][n_head][q (hd) | gate (hd)]
-  float* kk = f + at.attn_k;       // [T][kv_dim]
-  float* vv = f + at.attn_v;
-  float* ao = f + at.attn_out;  // [T][q_dim]
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SeqSpan& sp = spans[s];
     CpuState& st = static_cast<CpuState&>(*seqs[s].state);
-    // Per-head RMSNorm of q and k, then NeoX rope on the first n_rot dims (text-only IMROPE).
-    for (int64_t t = 0; t < sp.T; ++t) {
-      const int64_t row = sp.row0 + t;
-      const int64_t pos = sp.n_past + t;
-      float* q = qg + row * 2 * q_dim;
-      for (int head = 0; head < hp_.n_head; ++head) {
-        kernels::RmsNorm(q + head * 2 * hd, L.attn_q_norm.data(), q + head * 2 * hd, hd,
-                         hp_.rms_eps);
-      }
-      kernels::RopeNeox(q, hp_.n_head, hd, 2 * hd, hp_.n_rot, pos, hp_.rope_freq_base);
-      float* k = kk + row * kv_dim;
-      for (int head = 0; head < hp_.n_head_kv; ++head) {
-        kernels::RmsNorm(k + head * hd, L.attn_k_norm.data(), k + head * hd, hd, hp_.rms_eps);
-      }
-      kernels::RopeNeox(k, hp_.n_head_kv, hd, hd, hp_.n_rot, pos, hp_.rope_freq_base);
-    }
-    // Store K and V at positions [n_past, n_past + T). A denoise pass writes above the committed
-    // length, which it does not advance, so the rows are scratch.
+    // A denoise pass writes above the committed length, which it does not advance, so its K/V
+    // rows are scratch.
     st.NoteKvWrite(sp.n_past, sp.T);
-    const int64_t ld = st.kv_row_elems();
-    if (st.kv_type() == GgmlType::kF16) {
-      uint16_t* kc = static_cast<uint16_t*>(st.k_cache(a_idx)) + sp.n_past * ld;
-      uint16_t* vc = static_cast<uint16_t*>(st.v_cache(a_idx)) + sp.n_past * ld;
-      kernels::F32ToF16Row(kk + sp.row0 * kv_dim, sp.T * kv_dim, kc);
-      kernels::F32ToF16Row(vv + sp.row0 * kv_dim, sp.T * kv_dim, vc);
-    } else {
-      std::memcpy(static_cast<float*>(st.k_cache(a_idx)) + sp.n_past * ld, kk + sp.row0 * kv_dim,
-                  sizeof(float) * sp.T * kv_dim);
-      std::memcpy(static_cast<float*>(st.v_cache(a_idx)) + sp.n_past * ld, vv + sp.row0 * kv_dim,
-                  sizeof(float) * sp.T * kv_dim);
-    }
-    kernels::AttentionArgs a;
-    a.q = qg + sp.row0 * 2 * q_dim;
-    a.ldq = 2 * q_dim;
-    a.q_head_stride = 2 * hd;
-    a.k = st.k_cache(a_idx);
-    a.v = st.v_cache(a_idx);
-    a.kv_type = st.kv_type();
-    a.ldk = a.ldv = ld;
-    a.out = ao + sp.row0 * q_dim;
-    a.ldo = q_dim;
-    a.out_head_stride = hd;
-    a.T = sp.T;
-    a.n_past = sp.n_past;
-    a.n_head = hp_.n_head;
-    a.n_head_kv = hp_.n_head_kv;
-    a.head_dim = hd;
-    a.causal = seqs[s].kind == PassKind::kCausal;
-    kernels::Attention(a, pool);
+    AttentionPrologue(il, a_idx, st, sp, 0, sp.T, ctx);
+    kernels::Attention(AttentionArgsFor(a_idx, st, sp, seqs[s].kind == PassKind::kCausal, ctx),
+                       *pool_);
   }
+}
+
+void CpuExecutor::AttentionPrologue(int il, int a_idx, CpuState& st, const SeqSpan& sp, int64_t t0,
+                                    int64_t t1, CpuContext& ctx) const {
+  const LayerWeights& L = w_.layers[il];
+  const int64_t hd = hp_.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hd;
+  const int64_t kv_dim = static_cast<int64_t>(hp_.n_head_kv) * hd;
+  float* qg = ctx.F(ctx.at_.attn_q_gate);  // [T][n_head][q (hd) | gate (hd)]
+  float* kk = ctx.F(ctx.at_.attn_k);       // [T][kv_dim]
+  float* vv = ctx.F(ctx.at_.attn_v);
+  // Per-head RMSNorm of q and k, then NeoX rope on the first n_rot dims (text-only IMROPE).
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t row = sp.row0 + t;
+    const int64_t pos = sp.n_past + t;
+    float* q = qg + row * 2 * q_dim;
+    for (int head = 0; head < hp_.n_head; ++head) {
+      kernels::RmsNorm(q + head * 2 * hd, L.attn_q_norm.data(), q + head * 2 * hd, hd, hp_.rms_eps);
+    }
+    kernels::RopeNeox(q, hp_.n_head, hd, 2 * hd, hp_.n_rot, pos, hp_.rope_freq_base);
+    float* k = kk + row * kv_dim;
+    for (int head = 0; head < hp_.n_head_kv; ++head) {
+      kernels::RmsNorm(k + head * hd, L.attn_k_norm.data(), k + head * hd, hd, hp_.rms_eps);
+    }
+    kernels::RopeNeox(k, hp_.n_head_kv, hd, hd, hp_.n_rot, pos, hp_.rope_freq_base);
+  }
+  // K and V at positions [n_past + t0, n_past + t1).
+  const int64_t ld = st.kv_row_elems();
+  const int64_t n = t1 - t0, row0 = sp.row0 + t0, pos0 = sp.n_past + t0;
+  if (st.kv_type() == GgmlType::kF16) {
+    uint16_t* kc = static_cast<uint16_t*>(st.k_cache(a_idx)) + pos0 * ld;
+    uint16_t* vc = static_cast<uint16_t*>(st.v_cache(a_idx)) + pos0 * ld;
+    kernels::F32ToF16Row(kk + row0 * kv_dim, n * kv_dim, kc);
+    kernels::F32ToF16Row(vv + row0 * kv_dim, n * kv_dim, vc);
+  } else {
+    std::memcpy(static_cast<float*>(st.k_cache(a_idx)) + pos0 * ld, kk + row0 * kv_dim,
+                sizeof(float) * n * kv_dim);
+    std::memcpy(static_cast<float*>(st.v_cache(a_idx)) + pos0 * ld, vv + row0 * kv_dim,
+                sizeof(float) * n * kv_dim);
+  }
+}
+
+kernels::AttentionArgs CpuExecutor::AttentionArgsFor(int a_idx, CpuState& st, const SeqSpan& sp,
+                                                     bool causal, CpuContext& ctx) const {
+  const int64_t hd = hp_.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hd;
+  kernels::AttentionArgs a;
+  a.q = ctx.F(ctx.at_.attn_q_gate) + sp.row0 * 2 * q_dim;
+  a.ldq = 2 * q_dim;
+  a.q_head_stride = 2 * hd;
+  a.k = st.k_cache(a_idx);
+  a.v = st.v_cache(a_idx);
+  a.kv_type = st.kv_type();
+  a.ldk = a.ldv = st.kv_row_elems();
+  a.out = ctx.F(ctx.at_.attn_out) + sp.row0 * q_dim;
+  a.ldo = q_dim;
+  a.out_head_stride = hd;
+  a.T = sp.T;
+  a.n_past = sp.n_past;
+  a.n_head = hp_.n_head;
+  a.n_head_kv = hp_.n_head_kv;
+  a.head_dim = hd;
+  a.causal = causal;
+  return a;
 }
 
 void CpuExecutor::AttentionOut(int il, int64_t r0, int64_t n, RowScratch& s,
