@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -354,7 +355,9 @@ int64_t detail::PairSumTreeForTest(const float* x, float* out) {
   return HWY_DYNAMIC_DISPATCH(PairSumTreeImpl)(x, out);
 }
 
-void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool) {
+namespace {
+// Whether args run in the chunked form (checked), and the query scale.
+std::pair<bool, float> GdnForm(const GdnArgs& args) {
   ref::CheckGdnArgs(args);
   const bool fits = args.dk <= detail::kGdnChunkMaxDim && args.dv <= detail::kGdnChunkMaxDim;
   bool chunked = false;
@@ -370,8 +373,19 @@ void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool) {
     case GdnMode::kRecurrent:
       break;
   }
-  const float scale =
-      args.scale != 0.0f ? args.scale : 1.0f / std::sqrt(static_cast<float>(args.dk));
+  return {chunked, args.scale != 0.0f ? args.scale : 1.0f / std::sqrt(static_cast<float>(args.dk))};
+}
+}  // namespace
+
+void GatedDeltaRuleHead(const GdnArgs& args, int hv) {
+  const auto [chunked, scale] = GdnForm(args);
+  Check(hv >= 0 && hv < args.n_v_heads, "GatedDeltaRuleHead: head {} outside [0, {})", hv,
+        args.n_v_heads);
+  HWY_DYNAMIC_DISPATCH(GdnHead)(args, hv, chunked, scale);
+}
+
+void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool) {
+  const auto [chunked, scale] = GdnForm(args);
   // Per token and head: the state's dk x dv read, decayed, updated and read out (~4 dk dv float
   // multiply-adds), at 2 pool units each: calibrated so that the embedded model's 4 heads of 32 x
   // 32 split over both threads from 32 tokens on (1.05M units), not at 16 (bench --sweep, 2

@@ -289,6 +289,10 @@ struct GdnArgs {
   int n_snapshots = 0;
 };
 void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool);
+/// GatedDeltaRule of v-head `hv` alone, on the calling thread (a pipelined row block hands its
+/// state on head by head): the bits GatedDeltaRule gives that head. Throws crossword::Error on
+/// inconsistent arguments or a head outside [0, n_v_heads).
+void GatedDeltaRuleHead(const GdnArgs& args, int hv);
 
 /// Causal depthwise conv1d + SiLU over C channels with kernel K:
 /// X = concat(state [K-1][C], x [T][C]);  y[t][c] = silu(sum_j X[t+j][c] * w[c*K + j])

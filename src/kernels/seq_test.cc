@@ -362,6 +362,34 @@ TEST(GatedDeltaRule, RecurrentFormIsBatchInvariant) {
   }
 }
 
+// GatedDeltaRuleHead (a pipelined row block's heads, one at a time, over its own tokens): every
+// head's output and state bits are those of one GatedDeltaRule call over all heads and tokens;
+// a head outside [0, n_v_heads) is an error.
+TEST(GatedDeltaRule, HeadByHeadGivesTheCallsBits) {
+  TargetGuard guard;
+  ThreadPool pool(2);
+  const int64_t T = 19;
+  for (const auto& [dk, dv] : {std::pair<int64_t, int64_t>{32, 32}, {128, 128}, {40, 40}}) {
+    const GdnData d(T, 2, 4, dk, dv, static_cast<uint32_t>(3 * dk + dv));
+    for (int64_t target : AvailableTargets()) {
+      ForceTargetForTest(target);
+      SCOPED_TRACE(testing::Message() << TargetName(target) << " dk " << dk << " dv " << dv);
+      std::vector<float> out1(T * d.nv * d.dv), out2(out1.size()), s1 = d.state, s2 = d.state;
+      GatedDeltaRule(d.Args(s1.data(), out1.data(), 0, T), pool);
+      // Tokens [0, 7) then [7, T), head by head, as two row blocks run them.
+      for (const auto& [t0, n] : {std::pair<int64_t, int64_t>{0, 7}, {7, T - 7}}) {
+        for (int hv = 0; hv < d.nv; ++hv)
+          GatedDeltaRuleHead(d.Args(s2.data(), out2.data(), t0, n), hv);
+      }
+      EXPECT_EQ(out1, out2);
+      EXPECT_EQ(s1, s2);
+    }
+    std::vector<float> out(T * d.nv * d.dv), st = d.state;
+    EXPECT_THROW(GatedDeltaRuleHead(d.Args(st.data(), out.data(), 0, T), d.nv), Error);
+    EXPECT_THROW(GatedDeltaRuleHead(d.Args(st.data(), out.data(), 0, T), -1), Error);
+  }
+}
+
 TEST(GatedDeltaRule, SplitCallsCarryTheState) {
   ThreadPool pool(2);
   const int64_t T = 80;
