@@ -7,7 +7,17 @@
 namespace crossword::decode {
 
 double DraftControl::acceptance() const {
-  return (hits_ + kPriorAcceptance * kPriorWeight) / (trials_ + kPriorWeight);
+  double accepted = 0, compared = 0;
+  for (int k = 1; k <= kMaxRows; ++k) {
+    accepted += accepted_[k];
+    compared += compared_[k];
+  }
+  return (accepted + kPriorAcceptance * kPriorWeight) / (compared + kPriorWeight);
+}
+
+double DraftControl::acceptance_at(int k) const {
+  if (k < 1 || k > kMaxRows) return 0.0;
+  return (accepted_[k] + acceptance() * kPriorWeight) / (compared_[k] + kPriorWeight);
 }
 
 double DraftControl::Cost(int64_t rows) const {
@@ -45,25 +55,33 @@ double DraftControl::Cost(int64_t rows) const {
 double DraftControl::RelativeCost(int64_t rows) const { return Cost(rows) / Cost(1); }
 
 double DraftControl::Rate(int d) const {
-  return RateWith(d, std::clamp(acceptance(), 0.0, 0.999), Cost(1));
+  const double pooled = acceptance();
+  double tokens = 1.0, survive = 1.0;
+  for (int k = 1; k <= std::min(d, kMaxRows); ++k) {
+    survive *= (accepted_[k] + pooled * kPriorWeight) / (compared_[k] + kPriorWeight);
+    tokens += survive;
+  }
+  return RateWith(d, tokens, Cost(1));
 }
 
-double DraftControl::RateWith(int d, double a, double c1) const {
+double DraftControl::RateWith(int d, double tokens, double c1) const {
   if (d <= 0) return 1.0;
-  const double tokens = (1.0 - std::pow(a, d + 1)) / (1.0 - a);
   return tokens / (2.0 * Cost(d + 1) / c1);
 }
 
 DraftControl::Choice DraftControl::Plan(int max_drafts) const {
   if (max_drafts <= 0) return {};
-  // The acceptance and the one-row cost once per plan, not once per length.
-  const double a = std::clamp(acceptance(), 0.0, 0.999), c1 = Cost(1);
+  // The pooled acceptance and the one-row cost once per plan; E(d) grows with d.
+  const double pooled = acceptance(), c1 = Cost(1);
   int best = 0;
-  double best_rate = RateWith(0, a, c1);
+  double best_rate = RateWith(0, 1.0, c1);
   int best_drafting = 1;  // the best length with drafts, for probes
   double best_drafting_rate = -1;
-  for (int d = 1; d <= max_drafts; ++d) {
-    const double r = RateWith(d, a, c1);
+  double tokens = 1.0, survive = 1.0;
+  for (int d = 1; d <= std::min(max_drafts, kMaxRows); ++d) {
+    survive *= (accepted_[d] + pooled * kPriorWeight) / (compared_[d] + kPriorWeight);
+    tokens += survive;
+    const double r = RateWith(d, tokens, c1);
     if (r > best_drafting_rate) {
       best_drafting_rate = r;
       best_drafting = d;
@@ -74,8 +92,15 @@ DraftControl::Choice DraftControl::Plan(int max_drafts) const {
     }
   }
   if (best > 0) return {.drafts = best, .probe = false, .counts = true};
-  if (no_draft_rounds_ + 1 >= probe_every_)
-    return {.drafts = best_drafting, .probe = true, .counts = true};
+  // A probe drafts the longest length while no pass of its rows was timed: a cost curve and
+  // acceptances known only for short drafts (the priors' choice) could never show that long ones
+  // pay, as they do where a long pass costs little more than a short one.
+  if (no_draft_rounds_ + 1 >= probe_every_) {
+    const int longest = std::min(max_drafts, kMaxRows - 1);
+    return {.drafts = count_[longest + 1] == 0 ? longest : best_drafting,
+            .probe = true,
+            .counts = true};
+  }
   return {.drafts = 0, .probe = false, .counts = true};
 }
 
@@ -98,18 +123,30 @@ void DraftControl::OnPass(int64_t rows, double seconds) {
 
 DraftControl DraftControl::Carried() const {
   DraftControl c = *this;
-  if (c.trials_ > kCarriedTrials) {
-    const double f = kCarriedTrials / c.trials_;
-    c.hits_ *= f;
-    c.trials_ *= f;
+  // compared_[1] counts the rounds (every drafting round compares its first draft).
+  if (c.compared_[1] > kCarriedRounds) {
+    const double f = kCarriedRounds / c.compared_[1];
+    for (int k = 1; k <= kMaxRows; ++k) {
+      c.compared_[k] *= f;
+      c.accepted_[k] *= f;
+    }
   }
   return c;
 }
 
 void DraftControl::OnRound(int drafted, int accepted) {
   if (drafted <= 0) return;
-  hits_ = hits_ * kDecay + accepted;
-  trials_ = trials_ * kDecay + accepted + (accepted < drafted ? 1 : 0);
+  drafted = std::min(drafted, kMaxRows);
+  accepted = std::clamp(accepted, 0, drafted);
+  for (int k = 1; k <= kMaxRows; ++k) {
+    compared_[k] *= kDecay;
+    accepted_[k] *= kDecay;
+  }
+  // Drafts 1..accepted were compared and kept; draft accepted + 1 (if any) compared and rejected.
+  for (int k = 1; k <= std::min(accepted + 1, drafted); ++k) {
+    compared_[k] += 1.0;
+    if (k <= accepted) accepted_[k] += 1.0;
+  }
 }
 
 }  // namespace crossword::decode

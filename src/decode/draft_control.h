@@ -10,9 +10,15 @@
 
 namespace crossword::decode {
 
-/// Picks spec draft lengths. Acceptance model: each draft is accepted with probability a (the
-/// first rejection ends the round), so d drafts yield E(d) = 1 + a + ... + a^d tokens (the bonus
-/// included). Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work):
+/// Picks spec draft lengths. Acceptance model: draft k of a round (k = 1, 2, ...) is accepted,
+/// given that drafts 1..k-1 were, with probability p_k, the first rejection ending the round, so
+/// d drafts yield E(d) = 1 + S_1 + ... + S_d tokens (the bonus included), S_k = p_1 ... p_k.
+/// p_k = (accepted_k + w a) / (compared_k + w): the rounds that compared draft k and accepted it
+/// (decayed kDecay per round), shrunk with weight w = kPriorWeight toward the pooled acceptance
+/// a = (accepted + kPriorAcceptance w) / (compared + w) over all positions. So drafts that are
+/// right or wrong as a whole (one sure position, then all kept: the embedded model's) are priced
+/// as they behave, where one a for every position (a geometric run) made long drafts look
+/// hopeless. Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work):
 /// the median of the last kSamples passes of T rows where one was seen (of one or two, the
 /// faster), linear between measured row counts, past them the prior shape 1 + slope x (T - 1)
 /// scaled to the nearest measured one.
@@ -23,7 +29,8 @@ class DraftControl {
  public:
   /// Rows of a pass the cost table keeps (longer passes use the prior shape).
   static constexpr int kMaxRows = 64;
-  /// Prior acceptance and its weight in drafts (pseudo-observations).
+  /// Prior acceptance and its weight in drafts (pseudo-observations): of the pooled acceptance,
+  /// and of each position's toward the pooled one.
   static constexpr double kPriorAcceptance = 0.6, kPriorWeight = 2.0;
   /// Prior relative cost of each extra row: (c(T) / c(1) - 1) / (T - 1), measured on the
   /// embedded model (0.37 at 16 rows) and the 4-layer real-width file (0.32 at 32 rows).
@@ -53,20 +60,22 @@ class DraftControl {
   /// A round with `drafted` drafts verified (the verify cut included) accepted `accepted`.
   void OnRound(int drafted, int accepted);
 
-  /// Acceptance evidence carried into a new generation, in compared drafts at most (the
-  /// generation's own rounds soon outweigh it).
-  static constexpr double kCarriedTrials = 8.0;
+  /// Acceptance evidence carried into a new generation, in rounds at most (each position keeps
+  /// its share; the generation's own rounds soon outweigh it).
+  static constexpr double kCarriedRounds = 4.0;
   /// The start of the next generation on the same slot (the server's requests in turn): the pass
   /// costs (mostly a property of the device and model; grammar-constrained generations neither
   /// give nor take them, their masks making rows dearer) and the probe interval with the rounds
   /// since the last probe as they stand, the acceptance with its evidence scaled down to
-  /// kCarriedTrials. So a server
+  /// kCarriedRounds. So a server
   /// where drafting does not pay stops probing it again in every request, and one where it pays
   /// drafts from the first round.
   DraftControl Carried() const;
 
-  /// Current acceptance estimate.
+  /// Current pooled acceptance estimate (accepted / compared drafts over every position).
   double acceptance() const;
+  /// Current estimate that draft k (1-based, <= kMaxRows) is accepted when drafts 1..k-1 were.
+  double acceptance_at(int k) const;
   /// Current cost estimate of a pass of `rows` rows, relative to a 1-row pass.
   double RelativeCost(int64_t rows) const;
   /// Expected tokens per unit of 1-row pass time with d drafts (the quantity Next maximizes).
@@ -74,9 +83,11 @@ class DraftControl {
 
  private:
   double Cost(int64_t rows) const;  // in seconds, or prior units before any pass was seen
-  // Rate(d) at acceptance a (clamped) and one-row cost c1 = Cost(1).
-  double RateWith(int d, double a, double c1) const;
-  double hits_ = 0, trials_ = 0;  // accepted drafts, compared drafts (decayed)
+  // Rate with d drafts that yield `tokens` expected tokens, at one-row cost c1 = Cost(1).
+  double RateWith(int d, double tokens, double c1) const;
+  // Per draft position k (index k, 1-based): rounds that compared draft k, and that accepted it
+  // (decayed).
+  std::array<double, kMaxRows + 1> compared_{}, accepted_{};
   // Per row count: the seconds of its last kSamples passes (a ring), how many there are, and
   // where the next goes.
   std::array<std::array<double, kSamples>, kMaxRows + 1> samples_{};

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 namespace crossword::decode {
@@ -17,46 +18,50 @@ int RunRound(DraftControl& c, int max_drafts) {
   return choice.drafts;
 }
 
+// Rounds of 10 drafts whose accepted counts cycle through `accepted`, on a cost curve of the given
+// slope (a T-row pass costs 1 + slope (T - 1) one-row passes).
+void Feed(DraftControl& c, double slope, const std::vector<int>& accepted, int rounds) {
+  for (int r = 0; r < rounds; ++r) {
+    for (int t : {1, 2, 4, 8, 16}) c.OnPass(t, 1e-3 * (1.0 + slope * (t - 1)));
+    c.OnRound(10, accepted[static_cast<size_t>(r) % accepted.size()]);
+  }
+}
+// Accepted counts of drafts right with probability ~0.6 each, one after the other (a geometric
+// run: 4 of 10 rounds reject the first draft, 2 the second, ...).
+const std::vector<int> kGeometric = {0, 0, 0, 0, 1, 1, 2, 2, 3, 5};
+
 // The draft-length choice follows the cost curve and the acceptance it was shown.
 TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
-  const auto feed = [](DraftControl& c, double slope, double acc, int rounds) {
-    for (int r = 0; r < rounds; ++r) {
-      for (int t : {1, 2, 4, 8, 16}) c.OnPass(t, 1e-3 * (1.0 + slope * (t - 1)));
-      const int drafted = 10;
-      const int accepted = static_cast<int>(acc * drafted + 0.5);
-      c.OnRound(drafted, accepted);
-    }
-  };
-  DraftControl cheap;  // rows nearly free, drafts nearly always right: the longest draft
-  feed(cheap, 0.02, 1.0, 30);
+  DraftControl cheap;  // rows nearly free, drafts always right: the longest draft
+  Feed(cheap, 0.02, {10}, 30);
   EXPECT_GT(cheap.acceptance(), 0.9);
   EXPECT_NEAR(cheap.RelativeCost(16), 1.3, 1e-9);
   EXPECT_EQ(RunRound(cheap, 15), 15);
   EXPECT_EQ(RunRound(cheap, 3), 3);
-  // The embedded model's curve (a 16-row pass ~6.5 AR steps) with 0.9 acceptance: no draft
-  // length pays (best ~0.8 tokens per AR step), so rounds are AR steps, with probes after 8,
-  // 16, 32, then every 64 rounds (the probes find what they found before).
+  // The embedded model's curve of an early stop (a 16-row pass ~6.5 AR steps) with drafts right
+  // ~0.6 of the time in a row: no draft length pays, so rounds are AR steps, with probes after
+  // 8, 16, 32, then every 64 rounds (the probes find what they found before).
   DraftControl dear;
-  feed(dear, 0.37, 0.9, 30);
-  EXPECT_LT(dear.Rate(4), 1.0);
+  Feed(dear, 0.37, kGeometric, 30);
+  for (int d = 1; d <= 15; ++d) EXPECT_LT(dear.Rate(d), 1.0) << d;
   std::vector<int> probes;
   for (int r = 1; r <= 200; ++r) {
     if (RunRound(dear, 15) > 0) probes.push_back(r);
   }
   EXPECT_EQ(probes, (std::vector<int>{8, 24, 56, 120, 184}));
   // A round that drafts by choice brings the interval back to kProbeEvery.
-  feed(dear, 0.02, 1.0, 30);
+  Feed(dear, 0.02, {10}, 30);
   EXPECT_GT(RunRound(dear, 15), 0);
-  feed(dear, 0.37, 0.9, 30);
+  Feed(dear, 0.37, kGeometric, 30);
   int first = 0;
   for (int r = 1; first == 0 && r <= 100; ++r) first = RunRound(dear, 15) > 0 ? r : 0;
   EXPECT_EQ(first, DraftControl::kProbeEvery);
-  // In between: a moderate curve picks a short draft.
+  // In between: a moderate curve and drafts that hold for 6 positions pick about 6 (the seventh
+  // is always rejected: drafting it costs a row for nothing).
   DraftControl mid;
-  feed(mid, 0.1, 0.8, 30);
+  Feed(mid, 0.1, {6}, 30);
   const int d = RunRound(mid, 15);
-  EXPECT_GE(d, 4);
-  EXPECT_LE(d, 12);
+  EXPECT_EQ(d, 6);
   for (int k = 1; k <= 15; ++k) EXPECT_GE(mid.Rate(d), mid.Rate(k)) << k;
   // Unmeasured lengths follow the prior shape scaled to the measured passes.
   DraftControl fresh;
@@ -64,10 +69,55 @@ TEST(DraftControl, PicksTheLengthThatMaximizesTokensPerSecond) {
   EXPECT_EQ(RunRound(fresh, 0), 0);
 }
 
+// Drafts that are right or wrong as a whole (the embedded model's: a round rejects its first
+// draft or keeps all of them) are priced per position: 15 drafts yield ~1 + 0.7 x 15 tokens when
+// 7 rounds of 10 keep all of them, where one pooled acceptance for every position (0.97: most
+// compared drafts are kept) would promise ~11-13, and 2 drafts 1 + 0.7 + 0.7, not ~2.9.
+TEST(DraftControl, PricesDraftsThatHoldAsAWhole) {
+  DraftControl whole;
+  for (int r = 0; r < 40; ++r) {
+    for (int t : {1, 2, 3, 4, 8, 16}) whole.OnPass(t, 1e-3 * (1.0 + 0.25 * (t - 1)));
+    whole.OnRound(15, r % 10 < 7 ? 15 : 0);  // the last three rounds reject: p_1 below 0.7
+  }
+  const auto tokens = [&](int d) { return whole.Rate(d) * 2.0 * whole.RelativeCost(d + 1); };
+  EXPECT_NEAR(whole.acceptance_at(1), 0.65, 0.05);
+  EXPECT_GT(whole.acceptance_at(2), 0.97);
+  const double a = whole.acceptance();
+  EXPECT_GT(a, 0.94);
+  // Positions 2..15 shrink a little toward the pooled estimate: S_15 ~0.65 x 0.99^14.
+  EXPECT_NEAR(tokens(15), 1.0 + 0.65 * 14, 0.6);
+  EXPECT_LT(tokens(15), (1.0 - std::pow(a, 16)) / (1.0 - a) - 1.0);
+  EXPECT_NEAR(tokens(2), 1.0 + 0.65 * 2, 0.1);
+  // A 16-row pass at 4.75 one-row passes: 15 drafts pay, 2 do not.
+  EXPECT_GT(whole.Rate(15), 1.0);
+  EXPECT_LT(whole.Rate(2), 1.0);
+  EXPECT_EQ(RunRound(whole, 15), 15);
+}
+
+// A probe drafts the longest length while no pass of its rows was timed (the priors alone pick a
+// short one), then the best length by what was measured.
+TEST(DraftControl, AProbeTriesTheLongestDraftUntilItsPassIsTimed) {
+  DraftControl c;
+  for (int t : {1, 2}) c.OnPass(t, 1e-3 * (1.0 + 0.35 * (t - 1)));
+  for (int r = 1; r < DraftControl::kProbeEvery; ++r) EXPECT_EQ(RunRound(c, 15), 0);
+  const DraftControl::Choice probe = c.Plan(15);
+  EXPECT_TRUE(probe.probe);
+  EXPECT_EQ(probe.drafts, 15);
+  EXPECT_EQ(c.Plan(7).drafts, 7);  // the longest the round allows
+  c.Take(probe);
+  c.OnPass(16, 1e-3 * 9.0);  // dear: drafting does not pay
+  c.OnRound(15, 1);
+  for (int r = 1; r < 2 * DraftControl::kProbeEvery; ++r) EXPECT_EQ(RunRound(c, 15), 0);
+  const DraftControl::Choice next = c.Plan(15);
+  EXPECT_TRUE(next.probe);
+  EXPECT_LT(next.drafts, 15);
+}
+
 // What a server slot carries from one `--draft-max auto` generation into the next: the pass
 // costs, the probe interval and the rounds since the last probe as they stand, the acceptance with
-// at most kCarriedTrials of evidence. (Which generations give and take it, and that their tokens
-// do not change: decode_test.cc, SpecAuto.CarriedControlChangesNoTokenAndOnlyGreedySpecTakesIt.)
+// at most kCarriedRounds rounds of evidence. (Which generations give and take it, and that their
+// tokens do not change: decode_test.cc,
+// SpecAuto.CarriedControlChangesNoTokenAndOnlyGreedySpecTakesIt.)
 TEST(DraftControl, CarriedStateKeepsCostsAndProbesAndLightensAcceptance) {
   DraftControl dear;  // the embedded model's curve, drafts rejected: probes after 8, 16, 32
   for (int r = 0; r < 30; ++r) {
@@ -82,18 +132,20 @@ TEST(DraftControl, CarriedStateKeepsCostsAndProbesAndLightensAcceptance) {
   const DraftControl c = dear.Carried();
   EXPECT_DOUBLE_EQ(c.RelativeCost(16), dear.RelativeCost(16));
   EXPECT_NEAR(c.acceptance(), dear.acceptance(), 0.05);
+  EXPECT_NEAR(c.acceptance_at(2), dear.acceptance_at(2), 0.1);
   // The probe interval (32 after two probes) and the rounds since the last probe (6) go on.
   DraftControl next = c;
   int first = 0;
   for (int r = 1; first == 0 && r <= 100; ++r) first = RunRound(next, 15) > 0 ? r : 0;
   EXPECT_EQ(first, 32 - 6);
-  // Lighter evidence: the same rounds of full acceptance move the carried estimate further.
+  // Lighter evidence: the same rounds of full acceptance move the carried estimates further.
   DraftControl a = dear, b = c;
   for (int r = 0; r < 3; ++r) {
     a.OnRound(10, 10);
     b.OnRound(10, 10);
   }
   EXPECT_GT(b.acceptance() - c.acceptance(), a.acceptance() - dear.acceptance() + 0.02);
+  EXPECT_GT(b.acceptance_at(2) - c.acceptance_at(2), a.acceptance_at(2) - dear.acceptance_at(2));
 }
 
 // A pass's cost is the median of its row count's last kSamples passes: a few interrupted passes
