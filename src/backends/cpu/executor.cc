@@ -395,8 +395,8 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
   // takes longer when the two cores share no cache, so equal blocks would wait for it. More
   // blocks split evenly. Any partition gives the same bits.
   std::array<int64_t, kMaxRowParts + 1> bound{};
-  auto split_rows = [&](int64_t rows) {
-    n_blocks = observer || anchors ? 1 : std::clamp<int64_t>(rows / min_rows, 1, row_parts_);
+  auto split_rows = [&](int64_t rows, int64_t min_block) {
+    n_blocks = observer || anchors ? 1 : std::clamp<int64_t>(rows / min_block, 1, row_parts_);
     for (int64_t p = 0; p <= n_blocks; ++p) bound[p] = p * rows / n_blocks;
     if (n_blocks == 2 && ctx.parts_[0].cost > 0.0 && ctx.parts_[1].cost > 0.0) {
       const double share0 = ctx.parts_[1].cost / (ctx.parts_[0].cost + ctx.parts_[1].cost);
@@ -404,7 +404,7 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
                                      rows - rows / 4);
     }
   };
-  split_rows(total);
+  split_rows(total, min_rows);
   auto rows_phase = [&](auto&& fn) {
     const int64_t rows = bound[n_blocks];
     if (n_blocks == 1) return fn(int64_t{0}, rows, ctx.parts_[0]);
@@ -507,7 +507,7 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     if (il + 1 == hp_.n_layer && !observer && !anchors) {
       const int64_t kept = KeepOutputRows(il, seqs, sp, ctx);
       ctx.mutable_counters().last_layer_rows = kept;
-      if (kept < total) split_rows(kept);
+      if (kept < total) split_rows(kept, kMinRowsPerBlock);  // a row phase: one hand-off
       if (kept == 0) {  // no row's output is read (a prefill chunk): no MoE ran
         ++ctx.mutable_counters().moe_layers;
         continue;
