@@ -54,14 +54,15 @@ test-asan:
 #         starts an engine; no suppression can name an unloaded module. The Vulkan code is tested
 #         on lavapipe under the validation layers in make test.
 #   tsan: build-tsan, stops at the first report: TSAN_TESTS, the unit tests of the scheduler,
-#         output pipeline, metrics and thread pool, and the end-to-end tests that run requests
+#         output pipeline, metrics and thread pool, the CPU executor's row-split and pipelined
+#         passes (blocks of rows that wait on each other's stages), and the end-to-end tests that run requests
 #         concurrently (TSan runs 5-15x slower; the other end-to-end tests add time, not sharing).
 #         server_drain is left to ASan and make test: its 60,000-token prompts ran past the test's
 #         300 s under TSan (the rest of the set: 386 s on this loaded 2-core box, no report).
 SANITIZERS ?= asan tsan
 SANITIZER_TARGETS = crossword server_unit_test server_metrics_unit_test server_protocol_unit_test core_test \
   base_test cpu_repack_test decode_draft_control_test cpu_executor_test kernels_test
-TSAN_TESTS ?= ^(server_(concurrency|hostile|errors)|Scheduler|Api|OutputStream|StopFilter|RenderMetrics|RequestMetrics|ParseMetricsCompat|Histogram|ThreadPool)
+TSAN_TESTS ?= ^(server_(concurrency|hostile|errors)|Scheduler|Api|OutputStream|StopFilter|RenderMetrics|RequestMetrics|ParseMetricsCompat|Histogram|ThreadPool|CpuExecutor[.](PipelinedRowBlocks|RowSplit))
 test-sanitizers: deps
 	@for s in $(SANITIZERS); do \
 	  flag=$$(echo $$s | tr a-z A-Z); \
@@ -73,7 +74,7 @@ test-sanitizers: deps
 	  export VK_ICD_FILENAMES=/nonexistent/vulkan-icd.json VK_DRIVER_FILES=/nonexistent/vulkan-icd.json && \
 	  ctest --output-on-failure -j$(JOBS) --timeout 900 -L server && \
 	  ctest --output-on-failure --timeout 300 \
-	    -R '^(ThreadPool|MemoryLimit|MappedFile|CpuExecutor[.](Q4_0Copies|CopiesSay|TheLastLayer|NeedRows|MoreLogits)|DraftControl|(KernelsSmoke|MatMul|MatMulRef|PrepareActivations|Activations|Repack|Int8PeakRate|Ops|Attention|PairSum|GatedDeltaRule)[.])'; \
+	    -R '^(ThreadPool|MemoryLimit|MappedFile|CpuExecutor[.](Q4_0Copies|CopiesSay|TheLastLayer|NeedRows|MoreLogits|PipelinedRowBlocks|RowSplit)|DraftControl|(KernelsSmoke|MatMul|MatMulRef|PrepareActivations|Activations|Repack|Int8PeakRate|Ops|Attention|PairSum|GatedDeltaRule)[.])'; \
 	fi
 	@if echo "$(SANITIZERS)" | grep -qw tsan; then \
 	  cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
