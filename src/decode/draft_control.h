@@ -16,15 +16,16 @@ namespace crossword::decode {
 /// p_k = (accepted_k + w a) / (compared_k + w): the rounds that compared draft k and accepted it
 /// (decayed kDecay per round), shrunk with weight w = kPriorWeight toward the pooled acceptance
 /// a = (accepted + kPriorAcceptance w) / (compared + w) over all positions. So drafts that are
-/// right or wrong as a whole (one sure position, then all kept: the embedded model's) are priced
-/// as they behave, where one a for every position (a geometric run) made long drafts look
-/// hopeless. Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work):
-/// the median of the last kSamples passes of T rows where one was seen (of one or two, the
-/// faster), linear between measured row counts, past them the prior shape 1 + slope x (T - 1)
-/// scaled to the nearest measured one.
-/// A round of d >= 1 drafts costs c(d + 1) twice (draft and verify), d = 0 costs c(1). The choice
-/// never changes which tokens are emitted (verification decides), only how many per round.
-/// Allocates nothing.
+/// right or wrong as a whole (one unsure position, then all kept: the embedded model's) are
+/// priced as they behave, where one a for every position (a geometric run) misprices them either
+/// way (rounds that keep exactly 9 of 10 drafts: a = 0.9 promises 6.5 tokens for 9 drafts, not
+/// 10; 7 rounds in 10 keep all 15, the others reject the first: a ~0.97 promises ~13, not ~11.5).
+/// Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work): the median of
+/// the last kSamples passes of T rows where one was seen (of one or two, the faster), linear
+/// between measured row counts, past them the prior shape 1 + slope x (T - 1) scaled to the nearest
+/// measured one. A round of d >= 1 drafts costs c(d + 1) twice (draft and verify), d = 0 costs
+/// c(1). The choice never changes which tokens are emitted (verification decides), only how many
+/// per round. Allocates nothing.
 class DraftControl {
  public:
   /// Rows of a pass the cost table keeps (longer passes use the prior shape).
@@ -33,7 +34,8 @@ class DraftControl {
   /// and of each position's toward the pooled one.
   static constexpr double kPriorAcceptance = 0.6, kPriorWeight = 2.0;
   /// Prior relative cost of each extra row: (c(T) / c(1) - 1) / (T - 1), measured on the
-  /// embedded model (0.37 at 16 rows) and the 4-layer real-width file (0.32 at 32 rows).
+  /// embedded model (0.37 at 16 rows; 0.26 since the pipelined row blocks, 2026-12-06) and the
+  /// 4-layer real-width file (0.32 at 32 rows). Only until a pass of T rows is timed.
   static constexpr double kPriorSlope = 0.35;
   /// After this many rounds in a row without drafts, one round drafts again to re-measure (a
   /// probe). Each probe after which drafting still does not pay doubles the interval, up to
