@@ -17,7 +17,11 @@ double DraftControl::acceptance() const {
 
 double DraftControl::acceptance_at(int k) const {
   if (k < 1 || k > kMaxRows) return 0.0;
-  return (accepted_[k] + acceptance() * kPriorWeight) / (compared_[k] + kPriorWeight);
+  return AcceptanceAt(k, acceptance());
+}
+
+double DraftControl::AcceptanceAt(int k, double pooled) const {
+  return (accepted_[k] + pooled * kPriorWeight) / (compared_[k] + kPriorWeight);
 }
 
 double DraftControl::Cost(int64_t rows) const {
@@ -58,7 +62,7 @@ double DraftControl::Rate(int d) const {
   const double pooled = acceptance();
   double tokens = 1.0, survive = 1.0;
   for (int k = 1; k <= std::min(d, kMaxRows); ++k) {
-    survive *= (accepted_[k] + pooled * kPriorWeight) / (compared_[k] + kPriorWeight);
+    survive *= AcceptanceAt(k, pooled);
     tokens += survive;
   }
   return RateWith(d, tokens, Cost(1));
@@ -79,7 +83,7 @@ DraftControl::Choice DraftControl::Plan(int max_drafts) const {
   double best_drafting_rate = -1;
   double tokens = 1.0, survive = 1.0;
   for (int d = 1; d <= std::min(max_drafts, kMaxRows); ++d) {
-    survive *= (accepted_[d] + pooled * kPriorWeight) / (compared_[d] + kPriorWeight);
+    survive *= AcceptanceAt(d, pooled);
     tokens += survive;
     const double r = RateWith(d, tokens, c1);
     if (r > best_drafting_rate) {

@@ -80,11 +80,13 @@ class DraftControl {
   double acceptance_at(int k) const;
   /// Current cost estimate of a pass of `rows` rows, relative to a 1-row pass.
   double RelativeCost(int64_t rows) const;
-  /// Expected tokens per unit of 1-row pass time with d drafts (the quantity Next maximizes).
+  /// Expected tokens per unit of 1-row pass time with d drafts (the quantity Plan maximizes).
   double Rate(int d) const;
 
  private:
   double Cost(int64_t rows) const;  // in seconds, or prior units before any pass was seen
+  // p_k at pooled acceptance `pooled` (1 <= k <= kMaxRows).
+  double AcceptanceAt(int k, double pooled) const;
   // Rate with d drafts that yield `tokens` expected tokens, at one-row cost c1 = Cost(1).
   double RateWith(int d, double tokens, double c1) const;
   // Per draft position k (index k, 1-based): rounds that compared draft k, and that accepted it

@@ -31,6 +31,13 @@ std::vector<float> Random(int64_t n, float lo, float hi, uint32_t seed) {
   return v;
 }
 
+// The values as F16 (a KV cache's rows).
+std::vector<uint16_t> ToF16(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = F32ToF16(x[i]);
+  return h;
+}
+
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0.0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
@@ -63,11 +70,7 @@ TEST(Attention, MatchesTwinOnEveryTarget) {
     auto kf = Random(n_kv * ldk, -1.0f, 1.0f, seed++);
     auto vf = Random(n_kv * ldk, -1.0f, 1.0f, seed++);
     kf[3] = 6.0f;  // one sharp score
-    std::vector<uint16_t> kh(kf.size()), vh(vf.size());
-    for (size_t i = 0; i < kf.size(); ++i) {
-      kh[i] = F32ToF16(kf[i]);
-      vh[i] = F32ToF16(vf[i]);
-    }
+    const std::vector<uint16_t> kh = ToF16(kf), vh = ToF16(vf);
     const bool f16 = c.kv_type == GgmlType::kF16;
     AttentionArgs args;
     args.q = q.data();
@@ -111,11 +114,7 @@ TEST(Attention, CausalRowsAreBatchInvariant) {
     const int64_t ldq = n_head * D, ldk = n_head_kv * D, ldo = n_head * D;
     const auto q = Random(T * ldq, -1.0f, 1.0f, 11);
     const auto kf = Random(n_kv * ldk, -1.0f, 1.0f, 12), vf = Random(n_kv * ldk, -1.0f, 1.0f, 13);
-    std::vector<uint16_t> kh(kf.size()), vh(vf.size());
-    for (size_t i = 0; i < kf.size(); ++i) {
-      kh[i] = F32ToF16(kf[i]);
-      vh[i] = F32ToF16(vf[i]);
-    }
+    const std::vector<uint16_t> kh = ToF16(kf), vh = ToF16(vf);
     AttentionArgs a;
     a.ldq = ldq;
     a.k = kh.data();
@@ -159,11 +158,7 @@ TEST(Attention, RowsOfACallGiveItsBits) {
   const int64_t D = 32, ldq = n_head * D, ldk = n_head_kv * D, ldo = n_head * D;
   const auto q = Random(T * ldq, -1.0f, 1.0f, 21);
   const auto kf = Random(n_kv * ldk, -1.0f, 1.0f, 22), vf = Random(n_kv * ldk, -1.0f, 1.0f, 23);
-  std::vector<uint16_t> kh(kf.size()), vh(vf.size());
-  for (size_t i = 0; i < kf.size(); ++i) {
-    kh[i] = F32ToF16(kf[i]);
-    vh[i] = F32ToF16(vf[i]);
-  }
+  const std::vector<uint16_t> kh = ToF16(kf), vh = ToF16(vf);
   for (const GgmlType type : {GgmlType::kF16, GgmlType::kF32}) {
     for (const bool causal : {true, false}) {
       AttentionArgs a;

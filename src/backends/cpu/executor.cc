@@ -453,6 +453,16 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
     emit("l_out", il, x, total, E);
   };
+  // A layer's MoE, counted: its distinct experts over all blocks (PassCounters::experts_used),
+  // `flags(block scratch)` pointing at the n_expert used-flags of the layer.
+  auto count_experts = [&](auto flags) {
+    for (int e = 0; e < hp_.n_expert; ++e) {
+      bool used = false;
+      for (int64_t p = 0; p < n_blocks; ++p) used |= flags(ctx.parts_[static_cast<size_t>(p)])[e];
+      ctx.mutable_counters().experts_used += used;
+    }
+    ++ctx.mutable_counters().moe_layers;
+  };
   // Pipelined row blocks (RunPipelined): one sequence without a fused tail, blocks of equal rows;
   // they run every layer up to the last one's Core, whose Out part runs below on its kept rows.
   const bool pipelined = may_pipeline && n_blocks >= 2;
@@ -478,15 +488,10 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     RunPipelined(first_layer, lp[0], lsp[0],
                  std::span<const int64_t>(bound.data(), static_cast<size_t>(n_blocks) + 1), ctx,
                  parts);
-    const size_t n_expert = static_cast<size_t>(hp_.n_expert);
     for (int il = first_layer; il + 1 < hp_.n_layer; ++il) {
-      for (size_t e = 0; e < n_expert; ++e) {
-        bool used = false;
-        for (int64_t p = 0; p < n_blocks; ++p)
-          used |= ctx.parts_[static_cast<size_t>(p)].used_by_layer[il * n_expert + e] != 0;
-        ctx.mutable_counters().experts_used += used;
-      }
-      ++ctx.mutable_counters().moe_layers;
+      count_experts([&](const RowScratch& s) {
+        return s.used_by_layer.data() + static_cast<size_t>(il) * hp_.n_expert;
+      });
     }
     il0 = hp_.n_layer - 1;
   } else if (first_layer < hp_.n_layer) {
@@ -517,14 +522,7 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
       layer_out(il, r0, n, s);
       if (il + 1 < hp_.n_layer) layer_in(il + 1, r0, n, s);
     });
-    // Distinct experts of the layer over all blocks (PassCounters::experts_used).
-    for (int e = 0; e < hp_.n_expert; ++e) {
-      bool used = false;
-      for (int64_t p = 0; p < n_blocks; ++p)
-        used |= ctx.parts_[static_cast<size_t>(p)].used[static_cast<size_t>(e)];
-      ctx.mutable_counters().experts_used += used;
-    }
-    ++ctx.mutable_counters().moe_layers;
+    count_experts([](const RowScratch& s) { return s.used.data(); });
   }
   Output(seqs, sp, ctx);
   if (observer) {

@@ -220,6 +220,13 @@ class CpuExecutor final : public model::Executor {
   void AttentionCore(int il, int attention_index, std::span<const model::SequenceInput> seqs,
                      std::span<const SeqSpan> spans, CpuContext& ctx) const;
   void AttentionOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContext& ctx) const;
+  // The GDN recurrence of a read-only denoise pass (docs/decoding.md) runs causally over the block
+  // from the committed state, in scratch memory that is thrown away afterwards; this fills the
+  // scratch. (The block's conv reads the committed conv state, GdnConvRows, and only a causal
+  // pass advances it.) The official Clover file's diffusion-only GDN tensors (ssm_bd_*,
+  // ssm_conv1d.weight_right) would plug in here and in GdnConvRows once their semantics are
+  // published.
+  static void GdnDenoiseState(const float* committed_ssm, int64_t ssm_floats, float* scratch_ssm);
   // Pieces of GdnCore and AttentionCore that a pipelined block runs on its own rows too:
   // tokens [t0, t1) of span sp (offsets from sp.row0).
   // Records the conv inputs and outputs, decays and write strengths of those tokens.

@@ -18,15 +18,6 @@ using model::SequenceInput;
 
 namespace {
 
-/// The GDN recurrence of a read-only denoise pass (docs/decoding.md): it runs causally over the
-/// block from the committed state, in scratch memory that is thrown away afterwards. (The block's
-/// conv reads the committed conv state, GdnConvRows, and only a causal pass advances it.) The
-/// official Clover file's diffusion-only GDN tensors (ssm_bd_*, ssm_conv1d.weight_right) would
-/// plug in here and in GdnConvRows once their semantics are published.
-void GdnDenoiseState(const float* committed_ssm, int64_t ssm_floats, float* scratch_ssm) {
-  std::memcpy(scratch_ssm, committed_ssm, sizeof(float) * ssm_floats);
-}
-
 /// The K-1 conv input rows (C floats each, oldest first) before batch row t of a sequence whose
 /// rows start at batch row c0 (t >= c0): rows of `qkv` ([batch row][C]), and for positions
 /// before c0 the rows of its conv `state` ([K-1][C]). Returns them in place when they are all of
@@ -178,6 +169,11 @@ void CpuExecutor::GdnCore(int il, int r, std::span<const SequenceInput> seqs,
     if (in.kind == PassKind::kCausal && K > 1) AdvanceConvState(conv_state, sp, window, ctx);
     kernels::GatedDeltaRule(GdnArgsFor(sp, ssm_state, 0, sp.T, ctx), pool);
   }
+}
+
+void CpuExecutor::GdnDenoiseState(const float* committed_ssm, int64_t ssm_floats,
+                                  float* scratch_ssm) {
+  std::memcpy(scratch_ssm, committed_ssm, sizeof(float) * ssm_floats);
 }
 
 void CpuExecutor::GdnRecordRows(const CpuState::Record& rec, const SeqSpan& sp, int64_t t0,

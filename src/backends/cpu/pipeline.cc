@@ -134,7 +134,7 @@ void CpuExecutor::GdnBlockCore(int il, const SequenceInput& in, const SeqSpan& s
     if (denoise) {
       // One scratch state per sequence: the last block must be done with the layer before.
       if (prev_gdn >= 0) WaitForBlock(ctx, n_blocks - 1, stage(prev_gdn, stage.mix));
-      std::memcpy(ssm_state, st.ssm_state(r), sizeof(float) * st.ssm_floats());
+      GdnDenoiseState(st.ssm_state(r), st.ssm_floats(), ssm_state);
     }
     if (in.record) {
       std::memcpy(rec.conv0, conv_state, sizeof(float) * st.conv_floats());
