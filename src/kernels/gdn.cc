@@ -385,7 +385,11 @@ void GatedDeltaRuleHead(const GdnArgs& args, int hv) {
 }
 
 void GatedDeltaRule(const GdnArgs& args, ThreadPool& pool) {
-  const auto [chunked, scale] = GdnForm(args);
+  // Plain locals, not a structured binding: clang 14 (the fuzz build) rejects a lambda capturing
+  // a binding, which C++20 allows only from clang 16.
+  const std::pair<bool, float> form = GdnForm(args);
+  const bool chunked = form.first;
+  const float scale = form.second;
   // Per token and head: the state's dk x dv read, decayed, updated and read out (~4 dk dv float
   // multiply-adds), at 2 pool units each: calibrated so that the embedded model's 4 heads of 32 x
   // 32 split over both threads from 32 tokens on (1.05M units), not at 16 (bench --sweep, 2
