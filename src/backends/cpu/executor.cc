@@ -474,26 +474,47 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
       layer_out(il, r0, n, s);
       layer_in(il + 1, r0, n, s);
     };
+    // The last layer's Out part and the head rows, each block its own (PlanBlockTails): the
+    // first block starts its head while the others finish the layer, and no hand-off follows.
+    auto tail_fn = [&](int il, int64_t r0, int64_t, RowScratch& s) {
+      if (s.tail_kept > 0) {
+        CompactOutInputs(il, r0, s.tail_kept, ctx);
+        layer_out(il, r0, s.tail_kept, s);
+      } else {
+        std::fill(s.used.begin(), s.used.end(), uint8_t{0});  // no MoE ran
+      }
+      BlockHead(s, ctx);
+    };
     struct Fns {
       decltype(in_fn)* in;
       decltype(out_in_fn)* out_in;
-    } fns{&in_fn, &out_in_fn};
+      decltype(tail_fn)* tail;
+    } fns{&in_fn, &out_in_fn, &tail_fn};
     const BlockParts parts{&fns,
                            [](void* f, int il, int64_t r0, int64_t n, RowScratch& s) {
                              (*static_cast<Fns*>(f)->in)(il, r0, n, s);
                            },
                            [](void* f, int il, int64_t r0, int64_t n, RowScratch& s) {
                              (*static_cast<Fns*>(f)->out_in)(il, r0, n, s);
+                           },
+                           [](void* f, int il, int64_t r0, int64_t n, RowScratch& s) {
+                             (*static_cast<Fns*>(f)->tail)(il, r0, n, s);
                            }};
-    RunPipelined(first_layer, lp[0], lsp[0],
-                 std::span<const int64_t>(bound.data(), static_cast<size_t>(n_blocks) + 1), ctx,
-                 parts);
+    const std::span<const int64_t> bounds(bound.data(), static_cast<size_t>(n_blocks) + 1);
+    const int64_t kept = PlanBlockTails(lp[0], lsp[0], bounds, ctx);
+    RunPipelined(first_layer, lp[0], lsp[0], bounds, ctx, parts);
     for (int il = first_layer; il + 1 < hp_.n_layer; ++il) {
       count_experts([&](const RowScratch& s) {
         return s.used_by_layer.data() + static_cast<size_t>(il) * hp_.n_expert;
       });
     }
-    il0 = hp_.n_layer - 1;
+    ctx.mutable_counters().last_layer_rows = kept;
+    if (kept > 0) {
+      count_experts([](const RowScratch& s) { return s.used.data(); });
+    } else {
+      ++ctx.mutable_counters().moe_layers;  // as a pass whose last layer keeps no row
+    }
+    il0 = hp_.n_layer;  // every layer and the head ran in the blocks
   } else if (first_layer < hp_.n_layer) {
     rows_phase([&](int64_t r0, int64_t n, RowScratch& s) { layer_in(first_layer, r0, n, s); });
   }
@@ -524,7 +545,7 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     });
     count_experts([](const RowScratch& s) { return s.used.data(); });
   }
-  Output(seqs, sp, ctx);
+  if (!pipelined) Output(seqs, sp, ctx);
   if (observer) {
     int64_t rows = 0;
     for (size_t s = 0; s < seqs.size(); ++s) rows += ctx.seq_logit_count_[s];
@@ -556,6 +577,73 @@ int64_t CpuExecutor::KeepOutputRows(int il, std::span<const SequenceInput> seqs,
   }
   if (m < total) CompactOutInputs(il, m, ctx);
   return m;
+}
+
+int64_t CpuExecutor::PlanBlockTails(const SequenceInput& in, const SeqSpan& span,
+                                    std::span<const int64_t> bounds, CpuContext& ctx) const {
+  // The sequence's logit rows [first, first + count), as Output numbers them.
+  int64_t first = span.T, count = 0;
+  if (in.logits == LogitRows::kAll) {
+    first = 0;
+    count = span.T;
+  } else if (in.logits == LogitRows::kLast) {
+    first = span.T - 1;
+    count = 1;
+  }
+  const bool more = MoreLogitsAllowed(in);
+  int32_t* out_row = ctx.out_row_.data();
+  int32_t* src = ctx.keep_src_.data();
+  int32_t* y_rows = ctx.head_y_rows_.data();
+  int64_t kept = 0, h = 0;
+  for (size_t p = 0; p + 1 < bounds.size(); ++p) {
+    RowScratch& s = ctx.parts_[p];
+    const int64_t r0 = bounds[p];
+    int64_t m = 0;
+    s.tail_head0 = h;
+    s.tail_y0 = span.row0 + first;
+    for (int64_t row = r0; row < bounds[p + 1]; ++row) {
+      const int64_t t = row - span.row0;
+      const bool head = t >= first && HeadRow(in, t, span.T);
+      const bool keep = more || head;
+      out_row[row] = keep ? static_cast<int32_t>(r0 + m) : -1;
+      if (keep) src[r0 + m++] = static_cast<int32_t>(row);
+      if (head) y_rows[h++] = static_cast<int32_t>(t - first);
+    }
+    s.tail_kept = m;
+    s.tail_heads = h - s.tail_head0;
+    kept += m;
+  }
+  ctx.seq_logit_offset_[0] = 0;
+  ctx.seq_logit_count_[0] = count;
+  ctx.seq_more_ok_[0] = more;
+  ctx.seq_row0_[0] = more ? out_row[span.row0] : -1;
+  for (size_t s = 1; s < ctx.seq_logit_count_.size(); ++s) {
+    ctx.seq_logit_count_[s] = 0;
+    ctx.seq_more_ok_[s] = 0;
+  }
+  ctx.mutable_counters().head_rows = h;
+  return kept;
+}
+
+void CpuExecutor::BlockHead(RowScratch& s, CpuContext& ctx) const {
+  if (s.tail_heads == 0) return;
+  const int64_t E = hp_.n_embd;
+  const float* x = ctx.F(ctx.at_.residual);
+  float* outh = ctx.F(ctx.at_.output_normed) + s.tail_head0 * E;
+  const int32_t* y_rows = ctx.head_y_rows_.data() + s.tail_head0;
+  for (int64_t i = 0; i < s.tail_heads; ++i) {
+    const int32_t row = ctx.out_row_[static_cast<size_t>(s.tail_y0 + y_rows[i])];
+    kernels::RmsNorm(x + row * E, w_.output_norm.data(), outh + i * E, E, hp_.rms_eps);
+  }
+  kernels::Activations& a = Prepare(s.acts_main, w_.output.type, outh, s.tail_heads, E, E);
+  kernels::MatMulJob job;
+  job.w = w_.output;
+  job.x = &a;
+  job.n_rows = s.tail_heads;
+  job.y = ctx.F(ctx.at_.logits);
+  job.ldy = hp_.n_vocab;
+  job.y_rows = y_rows;
+  kernels::MatMul({&job, 1}, *pool_);  // in a block: on this thread (the pool is not reentrant)
 }
 
 void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,

@@ -80,8 +80,12 @@ class CpuContext final : public model::ForwardContext {
     std::vector<uint8_t> used;             // [n_expert]
     std::vector<float> conv_window;        // [ssm_d_conv - 1][conv_dim] (GdnConvRows)
     std::vector<uint8_t> used_by_layer;    // [n_layer][n_expert]: `used` of a pipelined pass
-    double seconds = 0.0;                  // this block's time in the last row phase
-    double cost = 0.0;  // seconds per row, decayed 0.8 per phase (0: not measured yet)
+    // A pipelined pass's tail (CpuExecutor::PlanBlockTails): the block's kept last-layer rows,
+    // moved to its first rows, and its head rows [tail_head0, tail_head0 + tail_heads).
+    // tail_y0: the batch row of the sequence's logit row 0.
+    int64_t tail_kept = 0, tail_head0 = 0, tail_heads = 0, tail_y0 = 0;
+    double seconds = 0.0;  // this block's time in the last row phase
+    double cost = 0.0;     // seconds per row, decayed 0.8 per phase (0: not measured yet)
   };
 
   std::vector<float> f_;  // one arena for every float buffer
@@ -253,6 +257,9 @@ class CpuExecutor final : public model::Executor {
     void* self;
     void (*in)(void* self, int il, int64_t r0, int64_t n, RowScratch& s);
     void (*out_in)(void* self, int il, int64_t r0, int64_t n, RowScratch& s);
+    // The last layer's Out part on the block's kept rows, then their output norm and head rows
+    // (PlanBlockTails).
+    void (*tail)(void* self, int il, int64_t r0, int64_t n, RowScratch& s);
   };
   void RunPipelined(int first_layer, const model::SequenceInput& in, const SeqSpan& sp,
                     std::span<const int64_t> bounds, CpuContext& ctx,
@@ -276,7 +283,20 @@ class CpuExecutor final : public model::Executor {
                          std::span<const SeqSpan> spans, CpuContext& ctx) const;
   // Moves row keep_src_[j] to row j, j < m (keep_src_ ascending, so a forward copy is safe), in
   // the buffers layer il's Out part reads: GDN o and z, or attention's output and gated q.
-  void CompactOutInputs(int il, int64_t m, CpuContext& ctx) const;
+  void CompactOutInputs(int il, int64_t m, CpuContext& ctx) const {
+    CompactOutInputs(il, 0, m, ctx);
+  }
+  // The same for rows [r0, r0 + m): row keep_src_[j] to row j (one pipelined block's rows).
+  void CompactOutInputs(int il, int64_t r0, int64_t m, CpuContext& ctx) const;
+  // KeepOutputRows and Output's bookkeeping for a pipelined pass (one sequence), block by block:
+  // each block's kept rows move to its own first rows (RowScratch::tail_kept), and its head rows
+  // are numbered after the blocks before it (tail_head0, tail_heads; head_y_rows_), so that
+  // each block runs the last layer's Out part and its head rows itself (BlockTail). Returns the
+  // kept rows of all blocks. The bits of every logit are those of KeepOutputRows and Output.
+  int64_t PlanBlockTails(const model::SequenceInput& in, const SeqSpan& span,
+                         std::span<const int64_t> bounds, CpuContext& ctx) const;
+  // The output norm and head rows of block `s` (PlanBlockTails), on the calling thread.
+  void BlockHead(RowScratch& s, CpuContext& ctx) const;
   void Output(std::span<const model::SequenceInput> seqs, std::span<const SeqSpan> spans,
               CpuContext& ctx) const;
   // The output head over `h` rows already normed into output_normed: logits into their logit

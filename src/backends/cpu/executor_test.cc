@@ -629,6 +629,57 @@ TEST(CpuExecutor, PipelinedRowBlocksGiveThePhaseBits) {
     same(masks, PassKind::kDenoise, false, "denoise 32");
     same(std::span<const int32_t>(masks).first(9), PassKind::kDenoise, false, "denoise 9");
     same(RandomTokens(32, 84, 1500), PassKind::kCausal, false, "after the denoise passes");
+
+    // Each block runs the last layer's Out part and the head on its own kept rows
+    // (PlanBlockTails): passes whose head rows are a few, in one block or none.
+    auto same_rows = [&](std::span<const int32_t> toks, PassKind kind, LogitRows rows,
+                         std::span<const uint8_t> need, bool record, const char* what) {
+      SCOPED_TRACE(what);
+      SequenceInput ia{a.get(), toks, kind, rows, record}, ib{b.get(), toks, kind, rows, record};
+      ia.need_rows = ib.need_rows = need;
+      pipe.exec->Forward({&ia, 1}, *pipe.ctx);
+      phase.exec->Forward({&ib, 1}, *phase.ctx);
+      const auto x = pipe.ctx->logits(0), y = phase.ctx->logits(0);
+      ASSERT_EQ(x.size(), y.size());
+      const int64_t V = pipe.n_vocab(), T = static_cast<int64_t>(toks.size());
+      const int64_t first = rows == LogitRows::kLast ? T - 1 : 0;
+      for (int64_t i = 0; i < static_cast<int64_t>(x.size()) / V; ++i) {
+        if (!need.empty() && !need[static_cast<size_t>(first + i)]) continue;  // not computed
+        EXPECT_EQ(std::memcmp(x.data() + i * V, y.data() + i * V, V * sizeof(float)), 0) << i;
+      }
+      const PassCounters &c = pipe.ctx->counters(), &d = phase.ctx->counters();
+      EXPECT_EQ(c.experts_used, d.experts_used);
+      EXPECT_EQ(c.moe_layers, d.moe_layers);
+      EXPECT_EQ(c.head_rows, d.head_rows);
+      EXPECT_EQ(c.last_layer_rows, d.last_layer_rows);
+      EXPECT_EQ(GdnBytes(*a, hp), GdnBytes(*b, hp));
+    };
+    std::vector<uint8_t> need(32, 0);
+    for (int j : {3, 4, 9, 30}) need[static_cast<size_t>(j)] = 1;
+    same_rows(masks, PassKind::kDenoise, LogitRows::kAll, need, false,
+              "denoise 32, 4 head rows (both blocks)");
+    std::fill(need.begin(), need.end(), 0);
+    need[27] = 1;
+    same_rows(masks, PassKind::kDenoise, LogitRows::kAll, need, false,
+              "denoise 32, one head row (the first block keeps none)");
+    std::fill(need.begin(), need.end(), 0);
+    same_rows(masks, PassKind::kDenoise, LogitRows::kAll, need, false, "denoise 32, no head row");
+    same_rows(RandomTokens(12, 85, 1500), PassKind::kCausal, LogitRows::kLast, {}, false,
+              "12 rows, the last one's logits");
+    same_rows(RandomTokens(12, 86, 1500), PassKind::kCausal, LogitRows::kNone, {}, false,
+              "a prefill chunk of 12 rows: no logits");
+    // A verify in chunks: the first 5 rows' logits, then the rest from the kept rows
+    // (MoreLogits reads every row's final residual).
+    const auto verify = RandomTokens(16, 87, 1500);
+    std::fill(need.begin(), need.end(), 0);
+    std::fill_n(need.begin(), 5, 1);
+    same_rows(verify, PassKind::kCausal, LogitRows::kAll, std::span(need).first(16), true,
+              "a verify of 16 rows, its first 5 logit rows");
+    pipe.exec->MoreLogits(*pipe.ctx, 0, 5, 16);
+    phase.exec->MoreLogits(*phase.ctx, 0, 5, 16);
+    const auto x = pipe.ctx->logits(0), y = phase.ctx->logits(0);
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+    same(RandomTokens(8, 88, 1500), PassKind::kCausal, false, "after them");
   }
 }
 

@@ -245,7 +245,7 @@ void CpuExecutor::GdnOut(int il, int64_t r0, int64_t n, RowScratch& s, CpuContex
   kernels::MatMul(L.ssm_out, ao, f + at.block_out + r0 * hp_.n_embd, hp_.n_embd, *pool_);
 }
 
-void CpuExecutor::CompactOutInputs(int il, int64_t m, CpuContext& ctx) const {
+void CpuExecutor::CompactOutInputs(int il, int64_t r0, int64_t m, CpuContext& ctx) const {
   float* f = ctx.f_.data();
   const auto& at = ctx.at_;
   const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hp_.head_dim;
@@ -258,7 +258,7 @@ void CpuExecutor::CompactOutInputs(int il, int64_t m, CpuContext& ctx) const {
   const Buffer attention[] = {
       {at.residual, hp_.n_embd}, {at.attn_out, q_dim}, {at.attn_q_gate, 2 * q_dim}};
   const std::span<const Buffer> buffers = w_.layers[il].is_recurrent() ? gdn : attention;
-  for (int64_t j = 0; j < m; ++j) {
+  for (int64_t j = r0; j < r0 + m; ++j) {
     const int64_t from = ctx.keep_src_[static_cast<size_t>(j)];
     if (from == j) continue;
     for (const Buffer& b : buffers)

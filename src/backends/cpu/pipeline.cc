@@ -85,7 +85,10 @@ void CpuExecutor::RunPipelined(int first_layer, const SequenceInput& in, const S
         } else {
           AttentionBlockCore(il, in, sp, r0, n, p, n_blocks, ctx);
         }
-        if (il + 1 == hp_.n_layer) break;  // the last layer's Out part: Run, on its kept rows
+        if (il + 1 == hp_.n_layer) {  // the last layer's Out part on its kept rows, the head
+          parts.tail(parts.self, il, r0, n, s);
+          break;
+        }
         // A GDN layer's In part overwrites this block's qkv rows, which the next block's first
         // conv rows of the last GDN layer read.
         if (p + 1 < n_blocks && prev_gdn >= 0 && w_.layers[il + 1].is_recurrent())
