@@ -291,7 +291,7 @@ class CpuExecutor final : public model::Executor {
   // KeepOutputRows and Output's bookkeeping for a pipelined pass (one sequence), block by block:
   // each block's kept rows move to its own first rows (RowScratch::tail_kept), and its head rows
   // are numbered after the blocks before it (tail_head0, tail_heads; head_y_rows_), so that
-  // each block runs the last layer's Out part and its head rows itself (BlockTail). Returns the
+  // each block runs the last layer's Out part and its head rows itself (BlockHead). Returns the
   // kept rows of all blocks. The bits of every logit are those of KeepOutputRows and Output.
   int64_t PlanBlockTails(const model::SequenceInput& in, const SeqSpan& span,
                          std::span<const int64_t> bounds, CpuContext& ctx) const;
