@@ -5,8 +5,9 @@ Usage: /usr/bin/python3 bench/paired_eval.py --a OLD_BINARY --b NEW_BINARY [--re
            [--heldout tests/golden/clover_tiny_heldout.jsonl] [--threads 2] [--json out.json]
 
 Starts one `crossword serve` per build (embedded model, -np 1) and asks both the held-out
-questions of reference/eval_engine.py in every mode (ar, diffusion at τ 0.95 and 0.9, spec at the
-engine's default draft limits, spec --draft-max auto), greedy, without penalties. The servers and
+questions of reference/eval_engine.py in every mode (ar, diffusion at τ 0.95 and 0.9, spec at
+draft_max 15 and draft_p_min 0 as eval_engine.py's `spec` row (reference/eval_tiny.py SPEC_DRAFT;
+the server's own default is auto), spec --draft-max auto), greedy, without penalties. The servers and
 modes take turns over chunks of 6 questions, their order rotating by chunk, so each build's run
 of a mode meets the same moments of the machine as the other's: this VM's speed moves within
 seconds, and evals of two builds run one after the other differed by more than the changes they
@@ -15,9 +16,15 @@ each mode to the same build's `ar`, then the medians of those ratios and the med
 per-rep ratios B / A of each mode's tokens/s (tokens/s: predicted_n / predicted_ms summed over the
 questions, as eval_engine.py). Fails when an answer differs between the builds or a spec answer
 differs from `ar`'s: both changes under test must leave the answers alone.
+
+Read the B / A column. The ratios to `ar` run lower side by side than with one server alone (the
+idle server's pool thread yields for a few milliseconds after its turn, beside the other's two
+threads), so they compare the builds with each other, not with eval_engine.py's figures. Identical
+binaries gave B / A of 0.95-1.06 at 3 reps on a 2-core VM: use many reps (21 took 2 minutes).
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import types
@@ -37,18 +44,25 @@ def main():
     ap.add_argument("--a", required=True, help="crossword binary A (the baseline)")
     ap.add_argument("--b", required=True, help="crossword binary B")
     ap.add_argument("--heldout", default=str(Path(__file__).resolve().parent.parent /
-                                             "tests/golden/clover_tiny_heldout.jsonl"))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--max-tokens", type=int, default=160)
+                                             "tests/golden/clover_tiny_heldout.jsonl"),
+                    help="questions, one JSON object per line (eval_engine.py's format)")
+    ap.add_argument("--threads", type=int, default=2, help="threads of each server (-t)")
+    ap.add_argument("--reps", type=int, default=7, help="runs over all questions and modes")
+    ap.add_argument("--max-tokens", type=int, default=160, help="tokens per answer at most")
     ap.add_argument("--json", help="write the per-rep tokens/s here")
     a = ap.parse_args()
     with open(a.heldout, encoding="utf-8") as f:
         items = [json.loads(line) for line in f]
+    for k, binary in (("A", a.a), ("B", a.b)):
+        if not os.access(binary, os.X_OK):
+            raise SystemExit(f"paired_eval: build {k}: {binary} is not an executable file")
     servers = {}
     try:
         for k, binary in (("A", a.a), ("B", a.b)):
-            servers[k] = start_server(types.SimpleNamespace(crossword=binary, threads=a.threads, model=None))
+            try:
+                servers[k] = start_server(types.SimpleNamespace(crossword=binary, threads=a.threads, model=None))
+            except SystemExit as e:
+                raise SystemExit(f"paired_eval: build {k} ({binary}) did not start a server: {e}") from None
         port_a = servers["A"][1]
         prompts = [post(port_a, "/tokenize", {"content": it["prompt"], "parse_special": True})["tokens"]
                    for it in items]
@@ -88,12 +102,12 @@ def main():
             if mode == "spec" and answers[("A", name, q)] != answers[("A", "ar", q)]:
                 raise SystemExit(f"paired_eval: {name} differs from ar on question {q}")
     print(f"answers: the same in both builds; spec and spec-auto == ar on {len(items)}/{len(items)}")
-    print("mode             / ar, A (median)  / ar, B (median)  B / A tokens/s (median, range)")
+    print("mode             B / A tokens/s (median, range)   / ar, A (median)  / ar, B (median)")
     for name, _, _ in MODES:
         ra = statistics.median(x / y for x, y in zip(runs[("A", name)], runs[("A", "ar")]))
         rb = statistics.median(x / y for x, y in zip(runs[("B", name)], runs[("B", "ar")]))
         ba = [y / x for x, y in zip(runs[("A", name)], runs[("B", name)])]
-        print(f"{name:16s} {ra:15.3f}  {rb:15.3f}  {statistics.median(ba):.3f} ({min(ba):.3f}-{max(ba):.3f})")
+        print(f"{name:16s} {statistics.median(ba):.3f} ({min(ba):.3f}-{max(ba):.3f}){'':17s}{ra:15.3f}  {rb:15.3f}")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump({f"{k}:{name}": v for (k, name), v in runs.items()}, f, indent=1)
