@@ -8,7 +8,7 @@ Starts one `crossword serve` per build (embedded model, -np 1) and asks both the
 questions of reference/eval_engine.py in every mode (ar, diffusion at τ 0.95 and 0.9, spec at
 draft_max 15 and draft_p_min 0 as eval_engine.py's `spec` row (reference/eval_tiny.py SPEC_DRAFT;
 the server's own default is auto), spec --draft-max auto), greedy, without penalties. The servers and
-modes take turns over chunks of 6 questions, their order rotating by chunk, so each build's run
+modes take turns over chunks of 6 questions, in a shuffled order per chunk, so each build's run
 of a mode meets the same moments of the machine as the other's: this VM's speed moves within
 seconds, and evals of two builds run one after the other differed by more than the changes they
 were meant to measure (docs/decoding.md, "Twentieth stop"). Prints per rep the tokens/s ratio of
@@ -25,6 +25,7 @@ binaries gave B / A of 0.95-1.06 at 3 reps on a 2-core VM: use many reps (21 too
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import types
@@ -72,8 +73,9 @@ def main():
         for rep in range(a.reps):
             acc = {key: [0, 0.0] for key in runs}
             for q0 in range(0, len(items), CHUNK):
-                turn = (q0 // CHUNK) % len(order)
-                for k, (name, mode, kw) in order[turn:] + order[:turn]:
+                turns = list(order)
+                random.Random(1000 * rep + q0).shuffle(turns)  # as eval_engine.py: no fixed predecessor
+                for k, (name, mode, kw) in turns:
                     for q in range(q0, min(len(items), q0 + CHUNK)):
                         body = {"prompt": prompts[q], "max_tokens": a.max_tokens, "temperature": 0,
                                 "presence_penalty": 0, "frequency_penalty": 0, "repeat_penalty": 1.0,

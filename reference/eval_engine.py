@@ -9,8 +9,8 @@ reference): accuracy, tokens per forward pass, drafts accepted per spec round, g
 expert budget, spec-auto-budget, spec-d3 / spec-d7 = --draft-max 3 / 7, spec-nochunk = verify
 without chunks, --verify-chunk 0); --reps N runs every mode N times and reports the median
 tokens/s with its range and the median of the per-run ratios to ar (answers must not change).
-Within a run the modes take turns over chunks of 6 questions (their order rotating), so every
-mode meets the same machine.
+Within a run the modes take turns over chunks of 6 questions, in a shuffled order per chunk, so
+every mode meets the same machine and follows every other mode about equally often.
 
 Greedy without penalties (as the reference decodes); each prompt is the held-out item's rendered
 chat prompt, tokenized by the server with special tokens parsed.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -98,15 +99,20 @@ def main():
             # The modes take turns over chunks of CHUNK questions, their order rotating by chunk:
             # each mode's run then samples the same moments of the machine, whose speed moves
             # within seconds on a shared VM (per-run ratios to ar spread 0.63-1.10 when each mode
-            # ran its 174 questions in turn), and no mode always runs first. Chunks, not single
-            # questions: a question asked again at once would find its prompt in the server's cache
-            # and skip the prefill, which also wakes the thread pool before the timed passes.
+            # ran its 174 questions in turn), and no mode always runs first. The order is shuffled
+            # per chunk (seeded), not rotated: in a fixed cycle each mode always follows the same
+            # one, and a mode's speed depends on what ran before it (docs/decoding.md, "Twentieth
+            # stop": spec ran 1.10-1.12x after diffusion and 0.99-1.03x after ar in 3 of 4 runs;
+            # two identical spec modes 5-8 % apart). Chunks, not single questions: a question
+            # asked again at once would find its prompt in the server's cache and skip the
+            # prefill, which also wakes the thread pool before the timed passes.
             acc_of = {name: {"right": 0, "gen": 0, "passes": 0, "gen_ms": 0.0, "acc": 0.0, "rounds": 0,
                              "wall": 0.0, "answers": [None] * len(items), "per_kind": {}}
                       for name, _, _ in modes}
             for q0 in range(0, len(items), CHUNK):
-                turn = q0 // CHUNK % len(modes)
-                for name, mode, kw in modes[turn:] + modes[:turn]:
+                order = list(modes)
+                random.Random(1000 * rep + q0).shuffle(order)
+                for name, mode, kw in order:
                     c = acc_of[name]
                     for q in range(q0, min(len(items), q0 + CHUNK)):
                         it, ids = items[q], prompts[q]
