@@ -96,17 +96,16 @@ def main():
         prompts = [post(port, "/tokenize", {"content": it["prompt"], "parse_special": True})["tokens"]
                    for it in items]
         for rep in range(a.reps):
-            # The modes take turns over chunks of CHUNK questions, their order rotating by chunk:
-            # each mode's run then samples the same moments of the machine, whose speed moves
-            # within seconds on a shared VM (per-run ratios to ar spread 0.63-1.10 when each mode
-            # ran its 174 questions in turn), and no mode always runs first. The order is shuffled
-            # per chunk (seeded), not rotated: in a fixed cycle each mode always follows the same
-            # one, and a mode's speed depends on what ran before it (docs/decoding.md, "Twentieth
-            # stop": 4 alternated runs, spec 1.04 / 1.12 / 1.12 / 1.10x after diffusion and 1.02 / 1.03 /
-            # 0.99 / 1.11x after ar;
-            # two identical spec modes 5-8 % apart). Chunks, not single questions: a question
-            # asked again at once would find its prompt in the server's cache and skip the
-            # prefill, which also wakes the thread pool before the timed passes.
+            # The modes take turns over chunks of CHUNK questions: each mode's run then samples the
+            # same moments of the machine, whose speed moves within seconds on a shared VM (per-run
+            # ratios to ar spread 0.63-1.10 when each mode ran its 174 questions in turn). The
+            # order is shuffled per chunk (seeded), not rotated: in a fixed cycle each mode always
+            # follows the same one, and a mode's speed depends on what ran before it
+            # (docs/decoding.md, "Twentieth stop": 4 alternated runs, spec 1.04 / 1.12 / 1.12 /
+            # 1.10x after diffusion and 1.02 / 1.03 / 0.99 / 1.11x after ar; two identical spec
+            # modes 5-8 % apart). Chunks, not single questions: a question asked again at once
+            # would find its prompt in the server's cache and skip the prefill, which also wakes
+            # the thread pool before the timed passes.
             acc_of = {name: {"right": 0, "gen": 0, "passes": 0, "gen_ms": 0.0, "acc": 0.0, "rounds": 0,
                              "wall": 0.0, "answers": [None] * len(items), "per_kind": {}}
                       for name, _, _ in modes}
