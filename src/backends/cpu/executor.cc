@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "backends/cpu/repack.h"
 #include "backends/cpu/state.h"
@@ -39,6 +40,19 @@ bool MoreLogitsAllowed(const SequenceInput& in) {
 
 // Whether token t of sequence `in` (T tokens) gets a head row in its pass: its logit rows
 // (LogitRows), less the rows need_rows leaves out.
+// A sequence's logit rows [first, first + count) among its T rows.
+std::pair<int64_t, int64_t> LogitSpan(const SequenceInput& in, int64_t T) {
+  switch (in.logits) {
+    case LogitRows::kAll:
+      return {0, T};
+    case LogitRows::kLast:
+      return {T - 1, 1};
+    case LogitRows::kNone:
+      break;
+  }
+  return {T, 0};
+}
+
 bool HeadRow(const SequenceInput& in, int64_t t, int64_t T) {
   switch (in.logits) {
     case LogitRows::kNone:
@@ -575,21 +589,13 @@ int64_t CpuExecutor::KeepOutputRows(int il, std::span<const SequenceInput> seqs,
       if (keep) src[m++] = static_cast<int32_t>(row);
     }
   }
-  if (m < total) CompactOutInputs(il, m, ctx);
+  if (m < total) CompactOutInputs(il, 0, m, ctx);
   return m;
 }
 
 int64_t CpuExecutor::PlanBlockTails(const SequenceInput& in, const SeqSpan& span,
                                     std::span<const int64_t> bounds, CpuContext& ctx) const {
-  // The sequence's logit rows [first, first + count), as Output numbers them.
-  int64_t first = span.T, count = 0;
-  if (in.logits == LogitRows::kAll) {
-    first = 0;
-    count = span.T;
-  } else if (in.logits == LogitRows::kLast) {
-    first = span.T - 1;
-    count = 1;
-  }
+  const auto [first, count] = LogitSpan(in, span.T);  // as Output numbers them
   const bool more = MoreLogitsAllowed(in);
   int32_t* out_row = ctx.out_row_.data();
   int32_t* src = ctx.keep_src_.data();
@@ -635,15 +641,7 @@ void CpuExecutor::BlockHead(RowScratch& s, CpuContext& ctx) const {
     const int32_t row = ctx.out_row_[static_cast<size_t>(s.tail_y0 + y_rows[i])];
     kernels::RmsNorm(x + row * E, w_.output_norm.data(), outh + i * E, E, hp_.rms_eps);
   }
-  kernels::Activations& a = Prepare(s.acts_main, w_.output.type, outh, s.tail_heads, E, E);
-  kernels::MatMulJob job;
-  job.w = w_.output;
-  job.x = &a;
-  job.n_rows = s.tail_heads;
-  job.y = ctx.F(ctx.at_.logits);
-  job.ldy = hp_.n_vocab;
-  job.y_rows = y_rows;
-  kernels::MatMul({&job, 1}, *pool_);  // in a block: on this thread (the pool is not reentrant)
+  Head(ctx, s, outh, s.tail_heads, y_rows);  // in a block: on this thread (MatMul runs inline)
 }
 
 void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const SeqSpan> spans,
@@ -656,14 +654,7 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SeqSpan& span = spans[s];
     ctx.seq_logit_offset_[s] = n;
-    int64_t first = span.T, count = 0;
-    if (seqs[s].logits == LogitRows::kAll) {
-      first = 0;
-      count = span.T;
-    } else if (seqs[s].logits == LogitRows::kLast) {
-      first = span.T - 1;
-      count = 1;
-    }
+    const auto [first, count] = LogitSpan(seqs[s], span.T);
     // KeepOutputRows keeps every row of such a sequence, in order: its rows start at out_row_.
     ctx.seq_more_ok_[s] = MoreLogitsAllowed(seqs[s]);
     ctx.seq_row0_[s] = ctx.seq_more_ok_[s] ? ctx.out_row_[static_cast<size_t>(span.row0)] : -1;
@@ -681,14 +672,14 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
     ctx.seq_more_ok_[s] = 0;
   }
   ctx.mutable_counters().head_rows = h;
-  Head(ctx, h, h == n ? nullptr : y_rows);
+  Head(ctx, ctx.parts_[0], outh, h, h == n ? nullptr : y_rows);
 }
 
-void CpuExecutor::Head(CpuContext& ctx, int64_t h, const int32_t* y_rows) const {
+void CpuExecutor::Head(CpuContext& ctx, RowScratch& s, const float* normed, int64_t h,
+                       const int32_t* y_rows) const {
   if (h == 0) return;
   // One product over the rows that need logits, scattered to their logit rows.
-  kernels::Activations& a = Prepare(ctx.parts_[0].acts_main, w_.output.type,
-                                    ctx.F(ctx.at_.output_normed), h, hp_.n_embd, hp_.n_embd);
+  kernels::Activations& a = Prepare(s.acts_main, w_.output.type, normed, h, hp_.n_embd, hp_.n_embd);
   kernels::MatMulJob job;
   job.w = w_.output;
   job.x = &a;
@@ -728,7 +719,7 @@ void CpuExecutor::MoreLogits(model::ForwardContext& base_ctx, int s, int64_t beg
     y_rows[i] = static_cast<int32_t>(ctx.seq_logit_offset_[s] + begin + i);
   }
   ctx.mutable_counters().head_rows += h;
-  Head(ctx, h, y_rows);
+  Head(ctx, ctx.parts_[0], outh, h, y_rows);
 }
 
 }  // namespace crossword::backends::cpu

@@ -281,12 +281,10 @@ class CpuExecutor final : public model::Executor {
   // (CompactOutInputs), fills out_row_ / keep_src_, and returns m. Same bits for every logit.
   int64_t KeepOutputRows(int il, std::span<const model::SequenceInput> seqs,
                          std::span<const SeqSpan> spans, CpuContext& ctx) const;
-  // Moves row keep_src_[j] to row j, j < m (keep_src_ ascending, so a forward copy is safe), in
+  // Moves row keep_src_[j] to row j (keep_src_ ascending, so a forward copy is safe), in
   // the buffers layer il's Out part reads: GDN o and z, or attention's output and gated q.
-  void CompactOutInputs(int il, int64_t m, CpuContext& ctx) const {
-    CompactOutInputs(il, 0, m, ctx);
-  }
-  // The same for rows [r0, r0 + m): row keep_src_[j] to row j (one pipelined block's rows).
+  // Rows [r0, r0 + m) only: r0 0 for a whole pass (KeepOutputRows), a block's first row for a
+  // pipelined block (PlanBlockTails).
   void CompactOutInputs(int il, int64_t r0, int64_t m, CpuContext& ctx) const;
   // KeepOutputRows and Output's bookkeeping for a pipelined pass (one sequence), block by block:
   // each block's kept rows move to its own first rows (RowScratch::tail_kept), and its head rows
@@ -299,9 +297,11 @@ class CpuExecutor final : public model::Executor {
   void BlockHead(RowScratch& s, CpuContext& ctx) const;
   void Output(std::span<const model::SequenceInput> seqs, std::span<const SeqSpan> spans,
               CpuContext& ctx) const;
-  // The output head over `h` rows already normed into output_normed: logits into their logit
-  // rows (y_rows, or rows 0..h-1 when null).
-  void Head(CpuContext& ctx, int64_t h, const int32_t* y_rows) const;
+  // The output head over `h` rows already normed into `normed` ([h][n_embd]), with the
+  // activation scratch of block `s`: logits into their logit rows (y_rows, or rows 0..h-1 when
+  // null).
+  void Head(CpuContext& ctx, RowScratch& s, const float* normed, int64_t h,
+            const int32_t* y_rows) const;
   kernels::Activations& Prepare(std::vector<kernels::Activations>& acts, GgmlType type,
                                 const float* x, int64_t rows, int64_t n_in, int64_t ldx) const;
   /// One product of Project: rows of y (leading dimension ldy) = h x w^T.
