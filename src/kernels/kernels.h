@@ -310,8 +310,16 @@ struct Conv1dArgs {
   float* y = nullptr;
   int64_t ldy = 0;
   bool update_state = true;
+  /// Optional: the same weights tap-major, w_taps[j*C + c] = w[c*K + j] (ConvTapsMajor), which
+  /// the SIMD kernel reads as they are; without them it transposes a channel block of w per call,
+  /// which cost more than the conv itself in a one-row step (K*C scalar moves for K*C
+  /// multiply-adds). Same bits either way (the same products and sums in the same order).
+  const float* w_taps = nullptr;
 };
 void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool& pool);
+/// The tap-major copy of conv weights w {K, C} for Conv1dArgs::w_taps: [K][C] floats,
+/// out[j*C + c] = w[c*K + j].
+std::vector<float> ConvTapsMajor(std::span<const float> w, int64_t C, int K);
 
 // ---------------------------------------------------------------------------------------------
 // Targets (tests and benchmarks).

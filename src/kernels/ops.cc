@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -384,8 +385,15 @@ void Conv1dChannels(const Conv1dArgs& a, int64_t c0, int64_t c1) {
   alignas(64) float keep[15][kBlock];
   for (int64_t cb = c0; cb < c1; cb += kBlock) {
     const int64_t nc = std::min(kBlock, c1 - cb);
+    // Tap j's weights of this channel block: from the tap-major copy, or transposed here.
+    const float* taps[16];
     for (int j = 0; j < K; ++j) {
-      for (int64_t c = 0; c < nc; ++c) wt[j][c] = a.w[(cb + c) * K + j];
+      if (a.w_taps) {
+        taps[j] = a.w_taps + j * a.C + cb;
+      } else {
+        for (int64_t c = 0; c < nc; ++c) wt[j][c] = a.w[(cb + c) * K + j];
+        taps[j] = wt[j];
+      }
     }
     auto xrow = [&](int64_t r) -> const float* {
       return r < K - 1 ? a.state + r * a.C + cb : a.x + (r - (K - 1)) * a.ldx + cb;
@@ -399,12 +407,12 @@ void Conv1dChannels(const Conv1dArgs& a, int64_t c0, int64_t c1) {
       for (; c + N <= nc; c += N) {
         VF acc = hn::Zero(d);
         for (int j = 0; j < K; ++j)
-          acc = hn::MulAdd(hn::LoadU(d, xrow(t + j) + c), hn::Load(d, wt[j] + c), acc);
+          acc = hn::MulAdd(hn::LoadU(d, xrow(t + j) + c), hn::LoadU(d, taps[j] + c), acc);
         hn::StoreU(SiluV(d, acc), d, y + c);
       }
       for (; c < nc; ++c) {
         float acc = 0.0f;
-        for (int j = 0; j < K; ++j) acc += xrow(t + j)[c] * wt[j][c];
+        for (int j = 0; j < K; ++j) acc += xrow(t + j)[c] * taps[j][c];
         y[c] = acc / (1.0f + std::exp(-acc));
       }
     }
@@ -513,6 +521,17 @@ void TopKSoftmax(const float* logits, int n_expert, int k, int32_t* ids, float* 
   }
   const float denom = std::max(sum, 6.103515625e-5f);
   for (int i = 0; i < k; ++i) weights[i] /= denom;
+}
+
+std::vector<float> ConvTapsMajor(std::span<const float> w, int64_t C, int K) {
+  Check(C >= 1 && K >= 1 && std::cmp_equal(w.size(), C * K),
+        "ConvTapsMajor: {} weights for {} channels of {} taps", w.size(), C, K);
+  std::vector<float> out(w.size());
+  for (int64_t c = 0; c < C; ++c) {
+    for (int j = 0; j < K; ++j)
+      out[static_cast<size_t>(j * C + c)] = w[static_cast<size_t>(c * K + j)];
+  }
+  return out;
 }
 
 void CausalConv1dSilu(const Conv1dArgs& args, ThreadPool& pool) {

@@ -285,6 +285,10 @@ TEST(Ops, CausalConv1dMatchesTwinAndCarriesState) {
   const int64_t C = 1030, ldx = 1100;
   const int K = 4;
   const auto w = Random(C * K, -1.0f, 1.0f, 7);
+  const std::vector<float> taps = ConvTapsMajor(w, C, K);
+  ASSERT_EQ(taps.size(), w.size());
+  EXPECT_EQ(taps[static_cast<size_t>(2 * C + 5)], w[static_cast<size_t>(5 * K + 2)]);
+  EXPECT_THROW(ConvTapsMajor(w, C + 1, K), Error);
   for (int64_t T : {1, 2, 9}) {
     const auto x = Random(T * ldx, -2.0f, 2.0f, 8 + static_cast<uint32_t>(T));
     const auto state0 = Random((K - 1) * C, -2.0f, 2.0f, 9);
@@ -304,6 +308,13 @@ TEST(Ops, CausalConv1dMatchesTwinAndCarriesState) {
                        pool);
       ExpectClose(y2, y, 0.0f, 0.0f, "conv y without state update");
       ExpectClose(state2, state0, 0.0f, 0.0f, "conv state untouched");
+      // The tap-major copy of the weights gives the same bits as w transposed per call.
+      std::vector<float> y3(T * C), state3 = state0;
+      Conv1dArgs a{x.data(), ldx, T, C, K, w.data(), state3.data(), y3.data(), C, true};
+      a.w_taps = taps.data();
+      CausalConv1dSilu(a, pool);
+      ExpectClose(y3, y, 0.0f, 0.0f, "conv y from tap-major weights");
+      ExpectClose(state3, state, 0.0f, 0.0f, "conv state from tap-major weights");
     }
   }
   // Splitting a sequence in two calls equals one call over the whole sequence.

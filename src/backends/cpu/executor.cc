@@ -113,8 +113,14 @@ CpuExecutor::CpuExecutor(std::shared_ptr<const model::Model> model, const CpuOpt
     logger_.Info("weights not repacked (--no-repack): passes of 4+ rows repack tiles on the fly");
   }
   int n_rec = 0, n_att = 0;
-  for (int il = 0; il < hp_.n_layer; ++il)
+  conv_taps_.resize(static_cast<size_t>(hp_.n_layer));
+  for (int il = 0; il < hp_.n_layer; ++il) {
     layer_slot_.push_back(hp_.is_recurrent(il) ? n_rec++ : n_att++);
+    if (hp_.is_recurrent(il) && il >= options.first_layer) {
+      conv_taps_[static_cast<size_t>(il)] =
+          kernels::ConvTapsMajor(w_.layers[il].ssm_conv1d, hp_.conv_dim(), hp_.ssm_d_conv);
+    }
+  }
   // Every activation format some matrix needs, so contexts reserve exactly those.
   auto add = [&](const kernels::Matrix& mat) {
     if (!mat.data) return;

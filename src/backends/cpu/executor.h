@@ -320,7 +320,10 @@ class CpuExecutor final : public model::Executor {
   model::Weights w_;  // the model's views plus this executor's tile copies
   Logger logger_;
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<int> layer_slot_;              // il -> index among recurrent or attention layers
+  std::vector<int> layer_slot_;  // il -> index among recurrent or attention layers
+  // il -> the GDN layer's conv weights tap-major (kernels::ConvTapsMajor; empty for attention
+  // layers): a conv call reads them as they are instead of transposing w per call.
+  std::vector<std::vector<float>> conv_taps_;
   std::vector<kernels::ActFormat> formats_;  // activation formats any weight needs
   int row_parts_ = 1;
   bool pipelined_ = true;

@@ -67,6 +67,7 @@ void CpuExecutor::GdnConvRows(int il, int64_t t0, int64_t t1, int64_t c0, const 
   c.C = C;
   c.K = K;
   c.w = w_.layers[il].ssm_conv1d.data();
+  c.w_taps = conv_taps_[static_cast<size_t>(il)].data();
   c.state = const_cast<float*>(prev);  // read only: update_state is false
   c.y = conv + t0 * C;
   c.ldy = C;
