@@ -6,9 +6,10 @@ reference): accuracy, tokens per forward pass, drafts accepted per spec round, g
                  [--threads 2] [--max-tokens 160] [--json OUT] [--extra MODE ...] [--reps N]
 
 --extra adds spec variants (EXTRA_MODES: spec-auto = --draft-max auto, spec-budget = the draft
-expert budget, spec-auto-budget, spec-d3 / spec-d7 = --draft-max 3 / 7, spec-nochunk = verify
-without chunks, --verify-chunk 0); --reps N runs every mode N times and reports the median
-tokens/s with its range and the median of the per-run ratios to ar (answers must not change).
+expert budget, spec-auto-budget, spec-d3 / spec-d7 / spec-d23 / spec-d31 = --draft-max 3 / 7 /
+23 / 31, spec-nochunk = verify without chunks, --verify-chunk 0); --reps N runs every mode N
+times and reports the median tokens/s with its range and the median of the per-run ratios to ar
+(answers must not change).
 Within a run the modes take turns over chunks of 6 questions, in a shuffled order per chunk, so
 every mode meets the same machine and follows every other mode about equally often.
 
@@ -72,6 +73,8 @@ EXTRA_MODES = {
     "spec-auto-budget": ("spec", {"draft_max": "auto", "draft_expert_budget": True}),
     "spec-d3": ("spec", {"draft_max": 3}),
     "spec-d7": ("spec", {"draft_max": 7}),
+    "spec-d23": ("spec", {"draft_max": 23}),
+    "spec-d31": ("spec", {"draft_max": 31}),
     "spec-nochunk": ("spec", {"verify_chunk": 0}),
 }
 
