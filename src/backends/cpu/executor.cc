@@ -38,8 +38,6 @@ bool MoreLogitsAllowed(const SequenceInput& in) {
   return in.logits == LogitRows::kAll && in.denoise_tail == 0 && in.kind == PassKind::kCausal;
 }
 
-// Whether token t of sequence `in` (T tokens) gets a head row in its pass: its logit rows
-// (LogitRows), less the rows need_rows leaves out.
 // A sequence's logit rows [first, first + count) among its T rows.
 std::pair<int64_t, int64_t> LogitSpan(const SequenceInput& in, int64_t T) {
   switch (in.logits) {
@@ -53,6 +51,8 @@ std::pair<int64_t, int64_t> LogitSpan(const SequenceInput& in, int64_t T) {
   return {T, 0};
 }
 
+// Whether token t of sequence `in` (T tokens) gets a head row in its pass: its logit rows
+// (LogitRows), less the rows need_rows leaves out.
 bool HeadRow(const SequenceInput& in, int64_t t, int64_t T) {
   switch (in.logits) {
     case LogitRows::kNone:
@@ -625,16 +625,24 @@ int64_t CpuExecutor::PlanBlockTails(const SequenceInput& in, const SeqSpan& span
     s.tail_heads = h - s.tail_head0;
     kept += m;
   }
-  ctx.seq_logit_offset_[0] = 0;
-  ctx.seq_logit_count_[0] = count;
-  ctx.seq_more_ok_[0] = more;
-  ctx.seq_row0_[0] = more ? out_row[span.row0] : -1;
-  for (size_t s = 1; s < ctx.seq_logit_count_.size(); ++s) {
-    ctx.seq_logit_count_[s] = 0;
-    ctx.seq_more_ok_[s] = 0;
-  }
+  NoteSeqLogits(ctx, 0, 0, count, more, span);
+  for (size_t s = 1; s < ctx.seq_logit_count_.size(); ++s) NoteSeqLogits(ctx, s);
   ctx.mutable_counters().head_rows = h;
   return kept;
+}
+
+void CpuExecutor::NoteSeqLogits(CpuContext& ctx, size_t s, int64_t offset, int64_t count, bool more,
+                                const SeqSpan& span) {
+  ctx.seq_logit_offset_[s] = offset;
+  ctx.seq_logit_count_[s] = count;
+  ctx.seq_more_ok_[s] = more;
+  // The rows of such a sequence are all kept, in order: they start at out_row_[row0].
+  ctx.seq_row0_[s] = more ? ctx.out_row_[static_cast<size_t>(span.row0)] : -1;
+}
+
+void CpuExecutor::NoteSeqLogits(CpuContext& ctx, size_t s) {
+  ctx.seq_logit_count_[s] = 0;
+  ctx.seq_more_ok_[s] = 0;
 }
 
 void CpuExecutor::BlockHead(RowScratch& s, CpuContext& ctx) const {
@@ -659,24 +667,17 @@ void CpuExecutor::Output(std::span<const SequenceInput> seqs, std::span<const Se
   int64_t n = 0, h = 0;  // logit rows, head rows
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SeqSpan& span = spans[s];
-    ctx.seq_logit_offset_[s] = n;
     const auto [first, count] = LogitSpan(seqs[s], span.T);
-    // KeepOutputRows keeps every row of such a sequence, in order: its rows start at out_row_.
-    ctx.seq_more_ok_[s] = MoreLogitsAllowed(seqs[s]);
-    ctx.seq_row0_[s] = ctx.seq_more_ok_[s] ? ctx.out_row_[static_cast<size_t>(span.row0)] : -1;
+    NoteSeqLogits(ctx, s, n, count, MoreLogitsAllowed(seqs[s]), span);
     for (int64_t i = 0; i < count; ++i) {
       if (!HeadRow(seqs[s], first + i, span.T)) continue;
       const int32_t row = ctx.out_row_[static_cast<size_t>(span.row0 + first + i)];
       kernels::RmsNorm(x + row * E, w_.output_norm.data(), outh + h * E, E, hp_.rms_eps);
       y_rows[h++] = static_cast<int32_t>(n + i);
     }
-    ctx.seq_logit_count_[s] = count;
     n += count;
   }
-  for (size_t s = seqs.size(); s < ctx.seq_logit_count_.size(); ++s) {
-    ctx.seq_logit_count_[s] = 0;
-    ctx.seq_more_ok_[s] = 0;
-  }
+  for (size_t s = seqs.size(); s < ctx.seq_logit_count_.size(); ++s) NoteSeqLogits(ctx, s);
   ctx.mutable_counters().head_rows = h;
   Head(ctx, ctx.parts_[0], outh, h, h == n ? nullptr : y_rows);
 }

@@ -295,6 +295,12 @@ class CpuExecutor final : public model::Executor {
                          std::span<const int64_t> bounds, CpuContext& ctx) const;
   // The output norm and head rows of block `s` (PlanBlockTails), on the calling thread.
   void BlockHead(RowScratch& s, CpuContext& ctx) const;
+  // Sequence s's logit rows in ctx (Output, PlanBlockTails, read by logits() and MoreLogits):
+  // `count` rows from `offset`; `more`: MoreLogits may add rows later from its kept rows, which
+  // start at out_row_[span.row0]. The second form: a batch slot without a sequence (no rows).
+  static void NoteSeqLogits(CpuContext& ctx, size_t s, int64_t offset, int64_t count, bool more,
+                            const SeqSpan& span);
+  static void NoteSeqLogits(CpuContext& ctx, size_t s);
   void Output(std::span<const model::SequenceInput> seqs, std::span<const SeqSpan> spans,
               CpuContext& ctx) const;
   // The output head over `h` rows already normed into `normed` ([h][n_embd]), with the
