@@ -196,8 +196,15 @@ class Decoder:
                 for j in chosen:
                     block[j] = cand[j][0]
                     masked.discard(j)
+                # The block ends at its first committed EOG: the answer ends there or before, so
+                # the slots after it are dropped (docs/decoding.md, block diffusion step 2).
+                cut = next((j for j in range(1, L) if j not in masked and block[j] in self.eog), L - 1)
+                if cut + 1 < L:
+                    L = cut + 1
+                    del block[L:]
+                    masked = {j for j in masked if j < L}
                 res.passes.append({"kind": "denoise", "block": n_block,
-                                   "committed": [(j, block[j]) for j in chosen],
+                                   "committed": [(j, block[j]) for j in chosen if j < L],
                                    "logits": logits})
                 for j in range(1, L):  # EOG with no mask before it ends the answer
                     if j in masked:

@@ -129,6 +129,7 @@ def run_diffusion(m, prompt, B, tau, max_tokens):
         L = p["logits"].shape[0]
         if masked_now is None:
             masked_now = set(range(1, L))
+        masked_now = {j for j in masked_now if j < L}  # a block cut at a committed EOG
         margin = min(margin, pass_margin(p["logits"], None, sorted(masked_now), tau, m.hp.mask_token_id))
         passes.append({"kind": "denoise", "block": p["block"],
                        "committed": [[s, t] for s, t in p["committed"]],

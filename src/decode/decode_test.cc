@@ -218,11 +218,9 @@ TEST(Golden, DiffusionPassesMatchTheReference) {
           }
         }
         gen.OnLogits(logits);
-        json got = json::array();
-        for (size_t j = 0; j < before.size(); ++j) {
-          if (before[j] && (j >= gen.masked().size() || !gen.masked()[j])) {
-            got.push_back({j, gen.block()[j]});
-          }
+        json got = json::array();  // (a block cut at a committed end keeps the slots before it)
+        for (size_t j = 0; j < std::min(before.size(), gen.masked().size()); ++j) {
+          if (before[j] && !gen.masked()[j]) got.push_back({j, gen.block()[j]});
         }
         EXPECT_EQ(got, want["committed"]) << "pass " << pass;
       } else {
@@ -655,6 +653,68 @@ TEST(Diffusion, HostPoolGivesTheSameBlocks) {
       }
     }
   }
+}
+
+// A block ends at its first committed end of generation: the answer ends there or before (no
+// committed slot changes), so the slots after it are dropped, even those committed in the same
+// pass, and the later passes run over the block up to the end only, their fallback committing a
+// slot of the answer each (docs/decoding.md, block diffusion step 2).
+TEST(Diffusion, ABlockEndsAtItsFirstCommittedEnd) {
+  Fixture f(SynthTiny("golden.gguf"));
+  const int64_t V = f.model->hparams().n_vocab;
+  const int32_t mask = static_cast<int32_t>(V - 1), eog = 7, word = 5;
+  constexpr int kBlock = 8;
+  const DecodeParams p = Params(Mode::kDiffusion, kBlock, 0.9f, 40, {eog}, mask);
+  model::ContextOptions co;
+  co.max_tokens = 256;
+  co.max_logit_rows = 64;
+  auto ctx = f.exec->NewContext(co);
+  auto st = f.State();
+  Generation g(*f.model, *st, {11, 22, 33}, p, nullptr);
+  model::SequenceInput in = g.NextInput();  // the prefill, for real: it commits the prompt
+  f.exec->Forward({&in, 1}, *ctx);
+  std::vector<float> seed_row(static_cast<size_t>(V), 0.0f);
+  seed_row[word] = 50.0f;
+  g.OnLogits(seed_row);
+  // Logits of one denoise pass: row r predicts slot r + 1, its token's logit `rows[r].second`
+  // above 0 everywhere else (1-3: below any threshold, larger ones surer; 50: certain).
+  auto pass = [&](const std::vector<std::pair<int32_t, float>>& rows) {
+    std::vector<float> logits(rows.size() * static_cast<size_t>(V), 0.0f);
+    for (size_t r = 0; r < rows.size(); ++r) logits[r * V + rows[r].first] = rows[r].second;
+    g.OnLogits(logits);
+  };
+  auto masked = [&] { return std::vector<uint8_t>(g.masked().begin(), g.masked().end()); };
+  auto need = [&] { return std::vector<uint8_t>(in.need_rows.begin(), in.need_rows.end()); };
+  // Pass 1: slot 3 becomes the end, slot 5 is certain too, the rest unsure: cut after slot 3.
+  in = g.NextInput();
+  ASSERT_EQ(in.kind, model::PassKind::kDenoise);
+  EXPECT_EQ(in.tokens.size(), static_cast<size_t>(kBlock));
+  pass({{word, 1.0f},
+        {word, 2.0f},
+        {eog, 50.0f},
+        {word, 1.0f},
+        {word, 50.0f},
+        {word, 1.0f},
+        {word, 1.0f},
+        {word, 1.0f}});
+  EXPECT_EQ(masked(), (std::vector<uint8_t>{0, 1, 1, 0}));
+  EXPECT_EQ(std::vector<int32_t>(g.block().begin(), g.block().end()),
+            (std::vector<int32_t>{word, mask, mask, eog}));
+  // Pass 2: the cut block, rows for slots 1 and 2; neither reaches the threshold, so the
+  // fallback commits the surer one, slot 2.
+  in = g.NextInput();
+  EXPECT_EQ(std::vector<int32_t>(in.tokens.begin(), in.tokens.end()),
+            (std::vector<int32_t>{word, mask, mask, eog}));
+  EXPECT_EQ(need(), (std::vector<uint8_t>{1, 1, 0, 0}));
+  pass({{word, 2.0f}, {word + 1, 3.0f}, {word, 1.0f}, {word, 1.0f}});
+  EXPECT_EQ(masked(), (std::vector<uint8_t>{0, 1, 0, 0}));
+  // Pass 3: slot 1 by the fallback; the answer ends at the end token.
+  in = g.NextInput();
+  EXPECT_EQ(need(), (std::vector<uint8_t>{1, 0, 0, 0}));
+  pass({{word + 3, 1.0f}, {word, 1.0f}, {word, 1.0f}, {word, 1.0f}});
+  EXPECT_TRUE(g.done());
+  EXPECT_EQ(g.output(), (std::vector<int32_t>{word, word + 3, word + 1}));
+  EXPECT_EQ(g.stats().denoise_passes, 3);
 }
 
 // The confidence of a greedy slot takes the row's maximum from the argmax (the kept winner or

@@ -214,6 +214,17 @@ bool Generation::IsEog(int32_t token) const {
   return std::find(params_.eog_ids.begin(), params_.eog_ids.end(), token) != params_.eog_ids.end();
 }
 
+void Generation::CutAtEnd() {
+  for (int64_t j = 1; j + 1 < block_len_; ++j) {
+    if (!masked_[j] && IsEog(block_[j])) {
+      block_len_ = j + 1;
+      block_.resize(static_cast<size_t>(block_len_));
+      masked_.resize(static_cast<size_t>(block_len_));
+      return;
+    }
+  }
+}
+
 void Generation::Finish(FinishReason reason) {
   if (phase_ == Phase::kDone) return;
   phase_ = Phase::kDone;
@@ -637,12 +648,13 @@ void Generation::OnDenoise(std::span<const float> logits) {
     block_[best_slot] = cand[best_slot].first;
     masked_[best_slot] = 0;
   }
+  CutAtEnd();
   // Stream the leading run of committed slots; an EOG there ends the answer (no mask before it).
-  while (block_emitted_ < B && !masked_[block_emitted_]) {
+  while (block_emitted_ < block_len_ && !masked_[block_emitted_]) {
     if (!Emit(block_[block_emitted_])) return;
     ++block_emitted_;
   }
-  if (block_emitted_ == B) {
+  if (block_emitted_ == block_len_) {  // (a cut block ends at its EOG above: never here)
     phase_ = Phase::kCommit;
     if (fuse_) guess_ = Guess(logits, B - 1, stats_.generated);
   }

@@ -278,6 +278,11 @@ class Generation {
   void StartBlock(int32_t seed);
   void Finish(FinishReason reason);
   bool IsEog(int32_t token) const;
+  // Cuts a diffusion block after its first slot holding a committed end-of-generation token.
+  // Committed slots keep their tokens, so the answer ends at or before that slot: the slots after
+  // it would never be emitted, and the later passes run over the block up to it only
+  // (docs/decoding.md, block diffusion step 2).
+  void CutAtEnd();
   void OnPrefill(std::span<const float> logits);
   void OnDenoise(std::span<const float> logits);
   void OnDenoiseConstrained(std::span<const float> logits);

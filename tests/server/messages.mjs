@@ -219,8 +219,11 @@ check("crossword_trace: diffusion passes arrive as crossword_trace events; the a
   });
   const traces = events.filter((e) => e.event === "crossword_trace");
   assert.ok(traces.length > 0, text.slice(0, 500));
+  // A block shows its 32 slots, or, cut at a committed end of generation, its slots up to that
+  // end (docs/decoding.md, block diffusion step 2), the last one filled.
   for (const t of traces) {
-    assert.equal(t.data.slots.length, 32);
+    const n = t.data.slots.length;
+    assert.ok(n === 32 || (n >= 2 && n < 32 && t.data.slots[n - 1] !== ""), JSON.stringify(t.data.slots));
     assert.ok(["denoise", "commit"].includes(t.data.phase));
   }
   const got = events.filter((e) => e.data.delta?.type === "text_delta").map((e) => e.data.delta.text).join("");
