@@ -656,7 +656,7 @@ void Generation::OnDenoise(std::span<const float> logits) {
   }
   if (block_emitted_ == block_len_) {  // (a cut block ends at its EOG above: never here)
     phase_ = Phase::kCommit;
-    if (fuse_) guess_ = Guess(logits, B - 1, stats_.generated);
+    if (fuse_) guess_ = Guess(logits, block_len_ - 1, stats_.generated);
   }
 }
 
