@@ -655,66 +655,84 @@ TEST(Diffusion, HostPoolGivesTheSameBlocks) {
   }
 }
 
+// A diffusion generation on the synth model whose denoise passes get fabricated logits: the
+// prefill runs for real (it commits the prompt), its row makes `word` the seed, and each Pass
+// delivers rows where row r predicts slot r + 1, its token's logit `rows[r].second` above 0
+// everywhere else (1-3: below any threshold, larger ones surer; 50: certain).
+struct FakeDenoise {
+  static constexpr int32_t kEog = 7, kWord = 5;
+  Fixture f{SynthTiny("golden.gguf")};
+  int64_t V = f.model->hparams().n_vocab;
+  int32_t mask = static_cast<int32_t>(V - 1);
+  std::unique_ptr<model::ForwardContext> ctx;
+  std::unique_ptr<model::SequenceState> st = f.State();
+  std::unique_ptr<Generation> g;
+  model::SequenceInput in;
+  explicit FakeDenoise(int block) {
+    model::ContextOptions co;
+    co.max_tokens = 256;
+    co.max_logit_rows = 64;
+    ctx = f.exec->NewContext(co);
+    g = std::make_unique<Generation>(*f.model, *st, std::vector<int32_t>{11, 22, 33},
+                                     Params(Mode::kDiffusion, block, 0.9f, 40, {kEog}, mask),
+                                     nullptr);
+    in = g->NextInput();
+    f.exec->Forward({&in, 1}, *ctx);
+    std::vector<float> seed_row(static_cast<size_t>(V), 0.0f);
+    seed_row[kWord] = 50.0f;
+    g->OnLogits(seed_row);
+  }
+  void Pass(const std::vector<std::pair<int32_t, float>>& rows) {
+    in = g->NextInput();
+    ASSERT_EQ(in.kind, model::PassKind::kDenoise);
+    ASSERT_EQ(in.tokens.size(), rows.size());
+    std::vector<float> logits(rows.size() * static_cast<size_t>(V), 0.0f);
+    for (size_t r = 0; r < rows.size(); ++r) logits[r * V + rows[r].first] = rows[r].second;
+    g->OnLogits(logits);
+  }
+  std::vector<uint8_t> masked() const { return {g->masked().begin(), g->masked().end()}; }
+  std::vector<int32_t> block() const { return {g->block().begin(), g->block().end()}; }
+  std::vector<uint8_t> need() const { return {in.need_rows.begin(), in.need_rows.end()}; }
+};
+
 // A block ends at its first committed end of generation: the answer ends there or before (no
 // committed slot changes), so the slots after it are dropped, even those committed in the same
 // pass, and the later passes run over the block up to the end only, their fallback committing a
 // slot of the answer each (docs/decoding.md, block diffusion step 2).
 TEST(Diffusion, ABlockEndsAtItsFirstCommittedEnd) {
-  Fixture f(SynthTiny("golden.gguf"));
-  const int64_t V = f.model->hparams().n_vocab;
-  const int32_t mask = static_cast<int32_t>(V - 1), eog = 7, word = 5;
-  constexpr int kBlock = 8;
-  const DecodeParams p = Params(Mode::kDiffusion, kBlock, 0.9f, 40, {eog}, mask);
-  model::ContextOptions co;
-  co.max_tokens = 256;
-  co.max_logit_rows = 64;
-  auto ctx = f.exec->NewContext(co);
-  auto st = f.State();
-  Generation g(*f.model, *st, {11, 22, 33}, p, nullptr);
-  model::SequenceInput in = g.NextInput();  // the prefill, for real: it commits the prompt
-  f.exec->Forward({&in, 1}, *ctx);
-  std::vector<float> seed_row(static_cast<size_t>(V), 0.0f);
-  seed_row[word] = 50.0f;
-  g.OnLogits(seed_row);
-  // Logits of one denoise pass: row r predicts slot r + 1, its token's logit `rows[r].second`
-  // above 0 everywhere else (1-3: below any threshold, larger ones surer; 50: certain).
-  auto pass = [&](const std::vector<std::pair<int32_t, float>>& rows) {
-    std::vector<float> logits(rows.size() * static_cast<size_t>(V), 0.0f);
-    for (size_t r = 0; r < rows.size(); ++r) logits[r * V + rows[r].first] = rows[r].second;
-    g.OnLogits(logits);
-  };
-  auto masked = [&] { return std::vector<uint8_t>(g.masked().begin(), g.masked().end()); };
-  auto need = [&] { return std::vector<uint8_t>(in.need_rows.begin(), in.need_rows.end()); };
-  // Pass 1: slot 3 becomes the end, slot 5 is certain too, the rest unsure: cut after slot 3.
-  in = g.NextInput();
-  ASSERT_EQ(in.kind, model::PassKind::kDenoise);
-  EXPECT_EQ(in.tokens.size(), static_cast<size_t>(kBlock));
-  pass({{word, 1.0f},
-        {word, 2.0f},
-        {eog, 50.0f},
-        {word, 1.0f},
-        {word, 50.0f},
-        {word, 1.0f},
-        {word, 1.0f},
-        {word, 1.0f}});
-  EXPECT_EQ(masked(), (std::vector<uint8_t>{0, 1, 1, 0}));
-  EXPECT_EQ(std::vector<int32_t>(g.block().begin(), g.block().end()),
-            (std::vector<int32_t>{word, mask, mask, eog}));
-  // Pass 2: the cut block, rows for slots 1 and 2; neither reaches the threshold, so the
+  FakeDenoise d(8);
+  const int32_t w = FakeDenoise::kWord, eog = FakeDenoise::kEog;
+  // Pass 1 (8 rows): slot 3 becomes the end, slot 5 is certain too, the rest unsure.
+  d.Pass({{w, 1}, {w, 2}, {eog, 50}, {w, 1}, {w, 50}, {w, 1}, {w, 1}, {w, 1}});
+  EXPECT_EQ(d.masked(), (std::vector<uint8_t>{0, 1, 1, 0}));
+  EXPECT_EQ(d.block(), (std::vector<int32_t>{w, d.mask, d.mask, eog}));
+  // Pass 2 (4 rows; rows asked for slots 1 and 2 only): neither reaches the threshold, so the
   // fallback commits the surer one, slot 2.
-  in = g.NextInput();
-  EXPECT_EQ(std::vector<int32_t>(in.tokens.begin(), in.tokens.end()),
-            (std::vector<int32_t>{word, mask, mask, eog}));
-  EXPECT_EQ(need(), (std::vector<uint8_t>{1, 1, 0, 0}));
-  pass({{word, 2.0f}, {word + 1, 3.0f}, {word, 1.0f}, {word, 1.0f}});
-  EXPECT_EQ(masked(), (std::vector<uint8_t>{0, 1, 0, 0}));
+  d.Pass({{w, 2}, {w + 1, 3}, {w, 1}, {w, 1}});
+  EXPECT_EQ(d.need(), (std::vector<uint8_t>{1, 1, 0, 0}));
+  EXPECT_EQ(d.masked(), (std::vector<uint8_t>{0, 1, 0, 0}));
   // Pass 3: slot 1 by the fallback; the answer ends at the end token.
-  in = g.NextInput();
-  EXPECT_EQ(need(), (std::vector<uint8_t>{1, 0, 0, 0}));
-  pass({{word + 3, 1.0f}, {word, 1.0f}, {word, 1.0f}, {word, 1.0f}});
-  EXPECT_TRUE(g.done());
-  EXPECT_EQ(g.output(), (std::vector<int32_t>{word, word + 3, word + 1}));
-  EXPECT_EQ(g.stats().denoise_passes, 3);
+  d.Pass({{w + 3, 1}, {w, 1}, {w, 1}, {w, 1}});
+  EXPECT_EQ(d.need(), (std::vector<uint8_t>{1, 0, 0, 0}));
+  EXPECT_TRUE(d.g->done());
+  EXPECT_EQ(d.g->output(), (std::vector<int32_t>{w, w + 3, w + 1}));
+  EXPECT_EQ(d.g->stats().denoise_passes, 3);
+}
+
+// The cut is made after every pass: an end committed before the one that cut the block cuts it
+// again, with the committed slots after it (slot 3 here), and the next pass has the shorter block.
+TEST(Diffusion, AnEarlierCommittedEndCutsTheBlockAgain) {
+  FakeDenoise d(8);
+  const int32_t w = FakeDenoise::kWord, eog = FakeDenoise::kEog;
+  d.Pass({{w, 1}, {w, 1}, {w, 50}, {eog, 50}, {w, 1}, {w, 1}, {w, 1}, {w, 1}});
+  EXPECT_EQ(d.block(), (std::vector<int32_t>{w, d.mask, d.mask, w, eog}));
+  d.Pass({{w, 1}, {eog, 50}, {w, 1}, {w, 1}, {w, 1}});  // slot 2: an earlier end
+  EXPECT_EQ(d.block(), (std::vector<int32_t>{w, d.mask, eog}));
+  d.Pass({{w + 1, 1}, {w, 1}, {w, 1}});  // 3 rows; the fallback commits slot 1
+  EXPECT_EQ(d.need(), (std::vector<uint8_t>{1, 0, 0}));
+  EXPECT_TRUE(d.g->done());
+  EXPECT_EQ(d.g->output(), (std::vector<int32_t>{w, w + 1}));
+  EXPECT_EQ(d.g->stats().denoise_passes, 3);
 }
 
 // The confidence of a greedy slot takes the row's maximum from the argmax (the kept winner or
