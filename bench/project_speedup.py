@@ -15,7 +15,9 @@ Model (docs/decoding.md, "Pass cost, floors and projection"):
       speed / AR = E c(1) / (c_draft(d+1) + c_verify(d+1));  best d reported, and the smallest a
       at which the best d reaches 1.0x and 1.2x AR (bisection: the speed grows with a)
   diffusion, block B, tokens per pass TPF: speed / AR = TPF c(1) / c(B); it beats AR from
-      TPF = c(B) / c(1)
+      TPF = c(B) / c(1). Every pass is priced at B rows: since a block ends at its first committed
+      end of generation (docs/decoding.md, block diffusion step 2) the passes after that cut are
+      shorter, so this side of the projection is conservative.
 Usage: bench/project_speedup.py [--sweep SWEEP.jsonl] [--bw GBPS --int8 GMACS] [--floor-only]
 """
 import argparse
@@ -126,7 +128,8 @@ def main():
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--tpf", type=float, nargs="*", default=[2.55, 5.0, 8.37],
                     help="diffusion tokens per pass (2.55: LLaDA2.0-mini at tau 0.95; 8.37: the "
-                         "embedded model)")
+                         "embedded model before the cut at a committed end of generation, 9.35 "
+                         "after it)")
     ap.add_argument("--acceptance", type=float, nargs="*", default=[0.5, 0.7, 0.8, 0.9, 0.95])
     a = ap.parse_args()
     sweep, machine = load_sweep(a.sweep) if a.sweep else ({}, {})
