@@ -735,6 +735,74 @@ TEST(Diffusion, AnEarlierCommittedEndCutsTheBlockAgain) {
   EXPECT_EQ(d.g->stats().denoise_passes, 3);
 }
 
+// A greedy spec generation (draft_max 8) on the synth model whose passes run for real (the state
+// stays consistent through verify's rollback) but get fabricated logits: the prefill's row makes
+// `kWord` the seed; row r of a draft predicts slot r + 1, row r of a verify the token after
+// slot r.
+struct FakeSpec {
+  static constexpr int32_t kEog = 7, kWord = 40;  // kWord + 12 stays clear of the end token
+  Fixture f{SynthTiny("golden.gguf")};
+  int64_t V = f.model->hparams().n_vocab;
+  int32_t mask = static_cast<int32_t>(V - 1);
+  std::unique_ptr<model::ForwardContext> ctx;
+  std::unique_ptr<model::SequenceState> st = f.State();
+  std::unique_ptr<Generation> g;
+  model::SequenceInput in;
+  FakeSpec() {
+    model::ContextOptions co;
+    co.max_tokens = 256;
+    co.max_logit_rows = 64;
+    ctx = f.exec->NewContext(co);
+    DecodeParams p = Params(Mode::kSpec, 9, 0.9f, 40, {kEog}, mask);
+    p.draft_max = 8;
+    g = std::make_unique<Generation>(*f.model, *st, std::vector<int32_t>{11, 22, 33}, p, nullptr);
+    Pass({kWord});
+  }
+  // Runs the next pass and delivers rows predicting `tokens` (one row each; rows past them
+  // predict kWord).
+  void Pass(const std::vector<int32_t>& tokens) {
+    in = g->NextInput();
+    f.exec->Forward({&in, 1}, *ctx);
+    const size_t rows = std::max(in.tokens.size(), tokens.size());
+    std::vector<float> logits(rows * static_cast<size_t>(V), 0.0f);
+    for (size_t r = 0; r < rows; ++r) logits[r * V + (r < tokens.size() ? tokens[r] : kWord)] = 50;
+    g->OnLogits(logits);
+  }
+};
+
+// After a round that rejected a draft before a drafted end of generation, the next draft stops
+// at that end: the answer likely ends there, and drafts past it would be rows for nothing
+// (docs/decoding.md, "Drafts up to the drafted end"). Lossless: verification decides every token.
+TEST(SpecDrafts, StopAtTheEndARejectedRoundDrafted) {
+  FakeSpec s;
+  const int32_t w = FakeSpec::kWord, eog = FakeSpec::kEog;
+  EXPECT_EQ(s.g->NextInput().tokens.size(), 9u) << "the first draft: the seed and 8 masks";
+  // Draft: slots 1-5 words, slot 6 the end; the verify pass takes the seed and the 5 words.
+  s.Pass({w + 1, w + 2, w + 3, w + 4, w + 5, eog});
+  EXPECT_EQ(s.in.tokens.size(), 9u);
+  // Verify: slots 1 and 2 kept, slot 3 rejected (the bonus w + 9 at answer index 3).
+  s.Pass({w + 1, w + 2, w + 9});
+  EXPECT_EQ(s.in.tokens.size(), 6u);
+  // The next draft runs to the drafted end at answer index 6: the seed and 3 masks, not 8.
+  const model::SequenceInput next = s.g->NextInput();
+  EXPECT_EQ(next.tokens.size(), 4u);
+  s.Pass({w + 10, w + 11, eog});
+  // All kept up to that end: the answer ends there.
+  s.Pass({w + 10, w + 11, eog});
+  EXPECT_TRUE(s.g->done());
+  EXPECT_EQ(s.g->output(), (std::vector<int32_t>{w, w + 1, w + 2, w + 9, w + 10, w + 11}));
+}
+
+// A round whose draft had no end, or which kept every draft before it, leaves no cap: the next
+// draft has its full length.
+TEST(SpecDrafts, KeepTheirLengthWithoutARejectedDraftedEnd) {
+  FakeSpec s;
+  const int32_t w = FakeSpec::kWord;
+  s.Pass({w + 1, w + 2, w + 3, w + 4, w + 5, w + 6, w + 7, w + 8});  // no end drafted
+  s.Pass({w + 1, w + 2, w + 9});                                     // slot 3 rejected
+  EXPECT_EQ(s.g->NextInput().tokens.size(), 9u);
+}
+
 // The confidence of a greedy slot takes the row's maximum from the argmax (the kept winner or
 // the excluded mask token, whichever is larger): the bits of the kernel finding it itself.
 TEST(Sampling, ConfidenceOfTheArgMaxTakesItsMaximumFromIt) {

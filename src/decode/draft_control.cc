@@ -24,36 +24,49 @@ double DraftControl::AcceptanceAt(int k, double pooled) const {
   return (accepted_[k] + pooled * kPriorWeight) / (compared_[k] + kPriorWeight);
 }
 
-double DraftControl::Cost(int64_t rows) const {
+double DraftControl::Median(int64_t t) const {
+  // A pass the OS interrupted (this VM's one-row passes took up to 3x their median) must not move
+  // the curve, because a curve that makes drafting look cheap stops the one-row passes that would
+  // correct it. Of one or two passes (no middle to trust) the faster: an interruption only ever
+  // slows a pass.
+  const int n = count_[t];
+  if (n <= 2) return n == 1 ? samples_[t][0] : std::min(samples_[t][0], samples_[t][1]);
+  std::array<double, kSamples> v{};
+  std::copy_n(samples_[t].begin(), n, v.begin());
+  std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
+  const double hi = v[n / 2];
+  if (n % 2) return hi;
+  return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + n / 2));
+}
+
+template <class Use>
+std::optional<double> DraftControl::CostFrom(int64_t rows, const Use& use) const {
   const auto prior = [](int64_t t) { return 1.0 + kPriorSlope * static_cast<double>(t - 1); };
-  const auto seen = [this](int64_t t) { return t >= 1 && t <= kMaxRows && count_[t] > 0; };
-  // The median of the row count's recent passes: a pass the OS interrupted (this VM's one-row
-  // passes took up to 3x their median) must not move the curve, because a curve that makes
-  // drafting look cheap stops the one-row passes that would correct it. Of one or two passes
-  // (no middle to trust) the faster: an interruption only ever slows a pass.
-  const auto median = [this](int64_t t) {
-    const int n = count_[t];
-    if (n <= 2) return n == 1 ? samples_[t][0] : std::min(samples_[t][0], samples_[t][1]);
-    std::array<double, kSamples> v{};
-    std::copy_n(samples_[t].begin(), n, v.begin());
-    std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
-    const double hi = v[n / 2];
-    if (n % 2) return hi;
-    return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + n / 2));
-  };
-  if (seen(rows)) return median(rows);
+  const auto seen = [&](int64_t t) { return t >= 1 && t <= kMaxRows && count_[t] > 0 && use(t); };
+  if (seen(rows)) return Median(rows);
   int64_t lo = std::min<int64_t>(rows, kMaxRows + 1) - 1, hi = rows + 1;
   while (lo >= 1 && !seen(lo)) --lo;
   while (hi <= kMaxRows && !seen(hi)) ++hi;
   const bool has_lo = lo >= 1, has_hi = hi <= kMaxRows;
   if (has_lo && has_hi) {  // linear between the measured neighbours
     const double f = static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
-    return median(lo) + f * (median(hi) - median(lo));
+    return Median(lo) + f * (Median(hi) - Median(lo));
   }
   // Past the measured rows: the prior shape, scaled to the nearest measured pass.
-  if (has_lo) return median(lo) * prior(rows) / prior(lo);
-  if (has_hi) return median(hi) * prior(rows) / prior(hi);
-  return prior(rows);
+  if (has_lo) return Median(lo) * prior(rows) / prior(lo);
+  if (has_hi) return Median(hi) * prior(rows) / prior(hi);
+  return std::nullopt;
+}
+
+double DraftControl::Cost(int64_t rows) const {
+  const auto fresh = [this](int64_t t) { return passes_ - newest_[t] < kFreshPasses; };
+  const std::optional<double> from_fresh = CostFrom(rows, fresh);
+  if (rows >= 1 && rows <= kMaxRows && count_[rows] > 0 && !fresh(rows)) {
+    return from_fresh ? std::min(Median(rows), *from_fresh) : Median(rows);
+  }
+  if (from_fresh) return *from_fresh;
+  const std::optional<double> from_any = CostFrom(rows, [](int64_t) { return true; });
+  return from_any ? *from_any : 1.0 + kPriorSlope * static_cast<double>(rows - 1);
 }
 
 double DraftControl::RelativeCost(int64_t rows) const { return Cost(rows) / Cost(1); }
@@ -81,11 +94,13 @@ DraftControl::Choice DraftControl::Plan(int max_drafts) const {
   double best_rate = RateWith(0, 1.0, c1);
   int best_drafting = 1;  // the best length with drafts, for probes
   double best_drafting_rate = -1;
+  bool could_pay = false;  // some length pays if every draft is right
   double tokens = 1.0, survive = 1.0;
   for (int d = 1; d <= std::min(max_drafts, kMaxRows); ++d) {
     survive *= AcceptanceAt(d, pooled);
     tokens += survive;
     const double r = RateWith(d, tokens, c1);
+    could_pay = could_pay || RateWith(d, d + 1.0, c1) > 1.0;
     if (r > best_drafting_rate) {
       best_drafting_rate = r;
       best_drafting = d;
@@ -98,12 +113,13 @@ DraftControl::Choice DraftControl::Plan(int max_drafts) const {
   if (best > 0) return {.drafts = best, .probe = false, .counts = true};
   // A probe drafts the longest length while no pass of its rows was timed: a cost curve and
   // acceptances known only for short drafts (the priors' choice) could never show that long ones
-  // pay, as they do where a long pass costs little more than a short one.
+  // pay, as they do where a long pass costs little more than a short one. Otherwise it re-measures
+  // the acceptance with the best length, which is worth it only where drafts that are all right
+  // would pay: where the pass costs alone rule drafting out, it would cost two passes for nothing.
   if (no_draft_rounds_ + 1 >= probe_every_) {
     const int longest = std::min(max_drafts, kMaxRows - 1);
-    return {.drafts = count_[longest + 1] == 0 ? longest : best_drafting,
-            .probe = true,
-            .counts = true};
+    if (count_[longest + 1] == 0) return {.drafts = longest, .probe = true, .counts = true};
+    if (could_pay) return {.drafts = best_drafting, .probe = true, .counts = true};
   }
   return {.drafts = 0, .probe = false, .counts = true};
 }
@@ -121,20 +137,14 @@ void DraftControl::Take(const Choice& c) {
 void DraftControl::OnPass(int64_t rows, double seconds) {
   if (rows < 1 || rows > kMaxRows || !(seconds >= 0)) return;
   samples_[rows][next_[rows]] = seconds;
+  newest_[rows] = ++passes_;
   next_[rows] = static_cast<uint8_t>((next_[rows] + 1) % kSamples);
   count_[rows] = static_cast<uint8_t>(std::min(count_[rows] + 1, kSamples));
 }
 
 DraftControl DraftControl::Carried() const {
   DraftControl c = *this;
-  // compared_[1] counts the rounds (every drafting round compares its first draft).
-  if (c.compared_[1] > kCarriedRounds) {
-    const double f = kCarriedRounds / c.compared_[1];
-    for (int k = 1; k <= kMaxRows; ++k) {
-      c.compared_[k] *= f;
-      c.accepted_[k] *= f;
-    }
-  }
+  c.probe_every_ = kProbeEvery;
   return c;
 }
 

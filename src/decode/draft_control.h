@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 namespace crossword::decode {
 
@@ -23,9 +24,13 @@ namespace crossword::decode {
 /// Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work): the median of
 /// the last kSamples passes of T rows where one was seen (of one or two, the faster), linear
 /// between measured row counts, past them the prior shape 1 + slope x (T - 1) scaled to the nearest
-/// measured one. A round of d >= 1 drafts costs c(d + 1) twice (draft and verify), d = 0 costs
-/// c(1). The choice never changes which tokens are emitted (verification decides), only how many
-/// per round. Allocates nothing.
+/// measured one. A row count not timed in the last kFreshPasses passes is stale: its cost is the
+/// lower of its median and the estimate from the fresh row counts alone (as above), so a pass
+/// timed once in a slow moment (the first multi-row pass of a process ran 3x its later median)
+/// cannot price its row count out of every later plan, which would leave it never timed again.
+/// A round of d >= 1 drafts costs c(d + 1) twice (draft and verify), d = 0 costs c(1). The choice
+/// never changes which tokens are emitted (verification decides), only how many per round.
+/// Allocates nothing.
 class DraftControl {
  public:
   /// Rows of a pass the cost table keeps (longer passes use the prior shape).
@@ -46,6 +51,8 @@ class DraftControl {
   static constexpr double kDecay = 0.9;
   /// Passes per row count whose median is its cost.
   static constexpr int kSamples = 8;
+  /// Passes after a row count's newest one during which its median alone is its cost (above).
+  static constexpr int64_t kFreshPasses = 64;
 
   /// A round's draft length, as Plan chose it.
   struct Choice {
@@ -62,16 +69,16 @@ class DraftControl {
   /// A round with `drafted` drafts verified (the verify cut included) accepted `accepted`.
   void OnRound(int drafted, int accepted);
 
-  /// Acceptance evidence carried into a new generation, in rounds at most (each position keeps
-  /// its share; the generation's own rounds soon outweigh it).
-  static constexpr double kCarriedRounds = 4.0;
   /// The start of the next generation on the same slot (the server's requests in turn): the pass
   /// costs (mostly a property of the device and model; grammar-constrained generations neither
-  /// give nor take them, their masks making rows dearer) and the probe interval with the rounds
-  /// since the last probe as they stand, the acceptance with its evidence scaled down to
-  /// kCarriedRounds. So a server
-  /// where drafting does not pay stops probing it again in every request, and one where it pays
-  /// drafts from the first round.
+  /// give nor take them, their masks making rows dearer), the acceptance as it stands (its
+  /// evidence decays kDecay per round, so it weighs about 10 rounds at most) and the rounds since
+  /// the last probe; the probe interval starts again at kProbeEvery, because a new request may
+  /// draft better or worse than the last ones. So a server where drafting pays drafts from the
+  /// first round, and one where the pass costs rule it out does not probe (Plan).
+  /// (Lightening the acceptance to 4 rounds of evidence and carrying the probe interval, as before
+  /// 2026-12-07, left a slot whose last requests had rejected drafts in no-draft rounds for up to
+  /// 64 rounds: whole runs of the eval's requests without a draft.)
   DraftControl Carried() const;
 
   /// Current pooled acceptance estimate (accepted / compared drafts over every position).
@@ -85,6 +92,11 @@ class DraftControl {
 
  private:
   double Cost(int64_t rows) const;  // in seconds, or prior units before any pass was seen
+  // Cost from the row counts `use` accepts (nullopt: none of them was timed).
+  template <class Use>
+  std::optional<double> CostFrom(int64_t rows, const Use& use) const;
+  // The median of row count t's recent passes (count_[t] > 0).
+  double Median(int64_t t) const;
   // p_k at pooled acceptance `pooled` (1 <= k <= kMaxRows).
   double AcceptanceAt(int k, double pooled) const;
   // Rate with d drafts that yield `tokens` expected tokens, at one-row cost c1 = Cost(1).
@@ -96,6 +108,9 @@ class DraftControl {
   // where the next goes.
   std::array<std::array<double, kSamples>, kMaxRows + 1> samples_{};
   std::array<uint8_t, kMaxRows + 1> count_{}, next_{};
+  // Passes timed so far, and per row count the pass number of its newest one.
+  int64_t passes_ = 0;
+  std::array<int64_t, kMaxRows + 1> newest_{};
   int no_draft_rounds_ = 0;
   int probe_every_ = kProbeEvery;
 };

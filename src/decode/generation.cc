@@ -522,6 +522,11 @@ void Generation::StartBlock(int32_t seed) {
   phase_ = params_.mode == Mode::kDiffusion ? Phase::kDenoise : Phase::kDraft;
   guess_ = -1;
   int64_t len = BlockLen(stats_.generated);
+  // Greedy spec after a round that rejected a draft before a drafted end of generation: draft up
+  // to that end only (docs/decoding.md, "Drafts up to the drafted end"). Lossless: the drafts
+  // decide no token, and one more round follows if the answer runs past it.
+  if (params_.mode == Mode::kSpec && params_.sampling.greedy() && end_ahead_ > stats_.generated)
+    len = std::min<int64_t>(len, end_ahead_ - stats_.generated + 1);
   DraftControl::Choice choice;  // counted only if the round runs (a carried controller goes on)
   if (params_.mode == Mode::kSpec && params_.draft_auto) {
     choice = draft_control_.Plan(static_cast<int>(len - 1));
@@ -693,6 +698,7 @@ void Generation::OnDraft(std::span<const float> logits) {
   const int64_t B = block_len_;
   const int64_t gen0 = stats_.generated - 1;  // the seed is emitted already
   verify_len_ = B;
+  draft_end_ = -1;
   const bool cut = params_.draft_p_min > 0.0f;
   // Under a grammar the draft is checked along the way: each slot's row is masked at the state
   // after the drafts before it (accepted tentatively, undone below).
@@ -743,6 +749,7 @@ void Generation::OnDraft(std::span<const float> logits) {
     // block of rows.
     if (IsEog(block_[j])) {
       verify_len_ = j;
+      draft_end_ = gen0 + j;
       ++stats_.draft_eog_cuts;
       break;
     }
@@ -892,6 +899,9 @@ void Generation::OnVerify(std::span<const float> logits) {
   if (params_.draft_auto)
     draft_control_.OnRound(static_cast<int>(verify_len_ - 1), static_cast<int>(accepted));
   if (V > 1) state_.RollbackTo(1 + accepted);
+  // A draft that ended at an end of generation and lost a draft before it: the answer likely
+  // ends about there, so the next drafts stop at it (StartBlock).
+  end_ahead_ = draft_end_ >= 0 && accepted < V - 1 ? draft_end_ : -1;
   TimeRound();  // before the next round's draft length is chosen
   if (phase_ == Phase::kDone || bonus < 0) return;
   StartBlock(bonus);
