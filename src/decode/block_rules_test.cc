@@ -112,13 +112,17 @@ struct FakeSpec {
   std::unique_ptr<model::SequenceState> st = f.State();
   std::unique_ptr<Generation> g;
   model::SequenceInput in;
-  FakeSpec() {
+  // temperature 0: greedy; above: sampled with seed 1 (the fabricated rows are sure enough that
+  // the draws follow them).
+  explicit FakeSpec(float temperature = 0.0f) {
     model::ContextOptions co;
     co.max_tokens = 256;
     co.max_logit_rows = 64;
     ctx = f.exec->NewContext(co);
     DecodeParams p = Params(Mode::kSpec, 9, 0.9f, 40, {kEog}, mask);
     p.draft_max = 8;
+    p.sampling.temperature = temperature;
+    p.sampling.seed = 1;
     g = std::make_unique<Generation>(*f.model, *st, std::vector<int32_t>{11, 22, 33}, p, nullptr);
     Pass({kWord});
   }
@@ -157,13 +161,35 @@ TEST(SpecDrafts, StopAtTheEndARejectedRoundDrafted) {
   EXPECT_EQ(s.g->output(), (std::vector<int32_t>{w, w + 1, w + 2, w + 9, w + 10, w + 11}));
 }
 
-// A round whose draft had no end, or which kept every draft before it, leaves no cap: the next
-// draft has its full length.
+// A round whose draft had no end, or which kept every draft before its end, leaves no cap: the
+// next draft has its full length.
 TEST(SpecDrafts, KeepTheirLengthWithoutARejectedDraftedEnd) {
-  FakeSpec s;
-  const int32_t w = FakeSpec::kWord;
-  s.Pass({w + 1, w + 2, w + 3, w + 4, w + 5, w + 6, w + 7, w + 8});  // no end drafted
-  s.Pass({w + 1, w + 2, w + 9});                                     // slot 3 rejected
+  const int32_t w = FakeSpec::kWord, eog = FakeSpec::kEog;
+  {
+    FakeSpec s;
+    s.Pass({w + 1, w + 2, w + 3, w + 4, w + 5, w + 6, w + 7, w + 8});  // no end drafted
+    s.Pass({w + 1, w + 2, w + 9});                                     // slot 3 rejected
+    EXPECT_EQ(s.g->NextInput().tokens.size(), 9u);
+  }
+  {
+    FakeSpec s;
+    s.Pass({w + 1, w + 2, w + 3, eog});    // the end drafted at slot 4
+    s.Pass({w + 1, w + 2, w + 3, w + 9});  // all 3 drafts kept; the answer goes on
+    EXPECT_FALSE(s.g->done());
+    EXPECT_EQ(s.g->NextInput().tokens.size(), 9u);
+  }
+}
+
+// Sampled spec keeps its draft lengths: they decide which random draws it makes, so a capped
+// draft would change a seeded request's answer against the releases before the cap.
+TEST(SpecDrafts, SampledDraftsAreNotCapped) {
+  FakeSpec s(1.0f);
+  const int32_t w = FakeSpec::kWord, eog = FakeSpec::kEog;
+  s.Pass({w + 1, w + 2, w + 3, w + 4, w + 5, eog});
+  EXPECT_EQ(s.in.tokens.size(), 9u);
+  s.Pass({w + 1, w + 2, w + 9});
+  EXPECT_EQ(s.in.tokens.size(), 6u);
+  ASSERT_EQ(s.g->output(), (std::vector<int32_t>{w, w + 1, w + 2, w + 9}));
   EXPECT_EQ(s.g->NextInput().tokens.size(), 9u);
 }
 

@@ -24,7 +24,7 @@ double DraftControl::AcceptanceAt(int k, double pooled) const {
   return (accepted_[k] + pooled * kPriorWeight) / (compared_[k] + kPriorWeight);
 }
 
-double DraftControl::Median(int64_t t) const {
+double DraftControl::MedianOfSamples(int64_t t) const {
   // A pass the OS interrupted (this VM's one-row passes took up to 3x their median) must not move
   // the curve, because a curve that makes drafting look cheap stops the one-row passes that would
   // correct it. Of one or two passes (no middle to trust) the faster: an interruption only ever
@@ -39,34 +39,44 @@ double DraftControl::Median(int64_t t) const {
   return 0.5 * (hi + *std::max_element(v.begin(), v.begin() + n / 2));
 }
 
-template <class Use>
-std::optional<double> DraftControl::CostFrom(int64_t rows, const Use& use) const {
+bool DraftControl::Fresh(int64_t t) const {
+  // The one-row cost is every relative cost's denominator: estimated from the multi-row passes of
+  // rounds that all draft, it would fall and price every draft up, so it is never stale.
+  return t == 1 || passes_ - newest_[t] < kFreshPasses;
+}
+
+template <class Use, class Value>
+std::optional<double> DraftControl::CostFrom(int64_t rows, const Use& use,
+                                             const Value& value) const {
   const auto prior = [](int64_t t) { return 1.0 + kPriorSlope * static_cast<double>(t - 1); };
   const auto seen = [&](int64_t t) { return t >= 1 && t <= kMaxRows && count_[t] > 0 && use(t); };
-  if (seen(rows)) return Median(rows);
+  if (seen(rows)) return value(rows);
   int64_t lo = std::min<int64_t>(rows, kMaxRows + 1) - 1, hi = rows + 1;
   while (lo >= 1 && !seen(lo)) --lo;
   while (hi <= kMaxRows && !seen(hi)) ++hi;
   const bool has_lo = lo >= 1, has_hi = hi <= kMaxRows;
   if (has_lo && has_hi) {  // linear between the measured neighbours
     const double f = static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
-    return Median(lo) + f * (Median(hi) - Median(lo));
+    return value(lo) + f * (value(hi) - value(lo));
   }
   // Past the measured rows: the prior shape, scaled to the nearest measured pass.
-  if (has_lo) return Median(lo) * prior(rows) / prior(lo);
-  if (has_hi) return Median(hi) * prior(rows) / prior(hi);
+  if (has_lo) return value(lo) * prior(rows) / prior(lo);
+  if (has_hi) return value(hi) * prior(rows) / prior(hi);
   return std::nullopt;
 }
 
+double DraftControl::Effective(int64_t t) const {
+  const double m = median_[t];
+  if (Fresh(t)) return m;
+  const std::optional<double> from_fresh = CostFrom(
+      t, [this](int64_t u) { return Fresh(u); }, [this](int64_t u) { return median_[u]; });
+  return from_fresh ? std::min(m, *from_fresh) : m;
+}
+
 double DraftControl::Cost(int64_t rows) const {
-  const auto fresh = [this](int64_t t) { return passes_ - newest_[t] < kFreshPasses; };
-  const std::optional<double> from_fresh = CostFrom(rows, fresh);
-  if (rows >= 1 && rows <= kMaxRows && count_[rows] > 0 && !fresh(rows)) {
-    return from_fresh ? std::min(Median(rows), *from_fresh) : Median(rows);
-  }
-  if (from_fresh) return *from_fresh;
-  const std::optional<double> from_any = CostFrom(rows, [](int64_t) { return true; });
-  return from_any ? *from_any : 1.0 + kPriorSlope * static_cast<double>(rows - 1);
+  const std::optional<double> c = CostFrom(
+      rows, [](int64_t) { return true; }, [this](int64_t u) { return Effective(u); });
+  return c ? *c : 1.0 + kPriorSlope * static_cast<double>(rows - 1);
 }
 
 double DraftControl::RelativeCost(int64_t rows) const { return Cost(rows) / Cost(1); }
@@ -140,6 +150,7 @@ void DraftControl::OnPass(int64_t rows, double seconds) {
   newest_[rows] = ++passes_;
   next_[rows] = static_cast<uint8_t>((next_[rows] + 1) % kSamples);
   count_[rows] = static_cast<uint8_t>(std::min(count_[rows] + 1, kSamples));
+  median_[rows] = MedianOfSamples(rows);
 }
 
 DraftControl DraftControl::Carried() const {

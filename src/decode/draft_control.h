@@ -24,10 +24,12 @@ namespace crossword::decode {
 /// Cost model: a pass of T rows costs c(T) (seconds, the pass and its logits' work): the median of
 /// the last kSamples passes of T rows where one was seen (of one or two, the faster), linear
 /// between measured row counts, past them the prior shape 1 + slope x (T - 1) scaled to the nearest
-/// measured one. A row count not timed in the last kFreshPasses passes is stale: its cost is the
-/// lower of its median and the estimate from the fresh row counts alone (as above), so a pass
-/// timed once in a slow moment (the first multi-row pass of a process ran 3x its later median)
-/// cannot price its row count out of every later plan, which would leave it never timed again.
+/// measured one. A row count of 2 or more rows not timed in the last kFreshPasses passes is stale:
+/// its cost is the lower of its median and the estimate from the fresh row counts alone (as above),
+/// so a pass timed once in a slow moment (the first multi-row pass of a process ran 3x its later
+/// median) cannot price its row count out of every later plan, which would leave it never timed
+/// again; row counts between or past timed ones take those costs. The one-row cost is never
+/// stale: it divides every other.
 /// A round of d >= 1 drafts costs c(d + 1) twice (draft and verify), d = 0 costs c(1). The choice
 /// never changes which tokens are emitted (verification decides), only how many per round.
 /// Allocates nothing.
@@ -92,11 +94,18 @@ class DraftControl {
 
  private:
   double Cost(int64_t rows) const;  // in seconds, or prior units before any pass was seen
-  // Cost from the row counts `use` accepts (nullopt: none of them was timed).
-  template <class Use>
-  std::optional<double> CostFrom(int64_t rows, const Use& use) const;
-  // The median of row count t's recent passes (count_[t] > 0).
-  double Median(int64_t t) const;
+  // Cost of `rows` from the timed row counts `use` accepts, each worth `value`: its own value if
+  // it is one of them, else linear between the nearest ones, past them the prior shape scaled to
+  // the nearest (nullopt: none of them).
+  template <class Use, class Value>
+  std::optional<double> CostFrom(int64_t rows, const Use& use, const Value& value) const;
+  // Whether timed row count t's median is its cost (above; the one-row cost always is).
+  bool Fresh(int64_t t) const;
+  // The cost of timed row count t: its median, or when stale the lower of that and the estimate
+  // from the fresh row counts.
+  double Effective(int64_t t) const;
+  // The median of row count t's recent passes (count_[t] > 0), computed when one is added.
+  double MedianOfSamples(int64_t t) const;
   // p_k at pooled acceptance `pooled` (1 <= k <= kMaxRows).
   double AcceptanceAt(int k, double pooled) const;
   // Rate with d drafts that yield `tokens` expected tokens, at one-row cost c1 = Cost(1).
@@ -108,6 +117,8 @@ class DraftControl {
   // where the next goes.
   std::array<std::array<double, kSamples>, kMaxRows + 1> samples_{};
   std::array<uint8_t, kMaxRows + 1> count_{}, next_{};
+  // Per row count: MedianOfSamples as of its newest pass.
+  std::array<double, kMaxRows + 1> median_{};
   // Passes timed so far, and per row count the pass number of its newest one.
   int64_t passes_ = 0;
   std::array<int64_t, kMaxRows + 1> newest_{};

@@ -198,6 +198,27 @@ TEST(DraftControl, AStaleSlowPassDoesNotPriceItsRowCountOutForGood) {
   EXPECT_NEAR(c.RelativeCost(16), 4.75, 1e-9);
 }
 
+// The one-row cost is never stale: in rounds that all draft no one-row pass is timed, and an
+// estimate from the multi-row passes (the prior shape) would lower it and price every draft up.
+TEST(DraftControl, TheOneRowCostDoesNotGoStale) {
+  DraftControl c;
+  for (int r = 0; r < 8; ++r) c.OnPass(1, 1e-3);
+  for (int r = 0; r < 2 * DraftControl::kFreshPasses; ++r) c.OnPass(5, 1.6e-3);
+  EXPECT_NEAR(c.RelativeCost(5), 1.6, 1e-9);
+}
+
+// A row count never timed lies between the costs of its timed neighbours, stale or not (each at
+// its own cost), not at the prior shape scaled from the fresh ones alone.
+TEST(DraftControl, AnUntimedRowCountLiesBetweenItsStaleNeighbours) {
+  DraftControl c;
+  c.OnPass(9, 2.0e-3);
+  c.OnPass(11, 2.2e-3);
+  for (int r = 0; r < 2 * DraftControl::kFreshPasses; ++r) c.OnPass(1, 1e-3);
+  EXPECT_NEAR(c.RelativeCost(9), 2.0, 1e-9);
+  EXPECT_NEAR(c.RelativeCost(10), 2.1, 1e-9);
+  EXPECT_NEAR(c.RelativeCost(11), 2.2, 1e-9);
+}
+
 // The median with fewer passes than the ring holds, and of an even count whose middle values
 // differ: {1, 3, 5} -> 3, {1, 3, 5, 7} -> 4; of one or two passes the faster ({3, 1} -> 1), so
 // one interrupted pass among the first ones does not make its row count look dear or cheap.

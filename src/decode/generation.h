@@ -342,8 +342,8 @@ class Generation {
   int64_t block_emitted_ = 0;    // diffusion: leading slots already emitted
   int64_t block_len_ = 0;
   int64_t verify_len_ = 0;  // spec: rows of the verify pass (seed + kept drafts)
-  // Greedy spec: the answer index of the end of generation the last draft ended at (-1: none),
-  // and of the one a round that rejected a draft before it left ahead (the next drafts' cap).
+  // Spec: the answer index of the end of generation the last draft ended at (-1: none), and the
+  // last verified round's (greedy: the next drafts' cap while it lies ahead of the seed).
   int64_t draft_end_ = -1, end_ahead_ = -1;
   // Chunked verify (params_.verify_chunk): rows whose logits are computed, the next row to check,
   // drafts accepted so far, the penalty index of the seed, whether the rest is wanted, and the

@@ -214,9 +214,10 @@ void Generation::OnVerify(std::span<const float> logits) {
   if (params_.draft_auto)
     draft_control_.OnRound(static_cast<int>(verify_len_ - 1), static_cast<int>(accepted));
   if (V > 1) state_.RollbackTo(1 + accepted);
-  // A draft that ended at an end of generation and lost a draft before it: the answer likely
-  // ends about there, so the next drafts stop at it (StartBlock).
-  end_ahead_ = draft_end_ >= 0 && accepted < V - 1 ? draft_end_ : -1;
+  // A draft that ended at an end of generation: the answer likely ends about there, so the next
+  // drafts stop at it (StartBlock). Only a round that lost a draft before it leaves it ahead of
+  // the next seed; one that kept them all puts the seed (the bonus) on it, and no cap follows.
+  end_ahead_ = V > 1 ? draft_end_ : -1;
   TimeRound();  // before the next round's draft length is chosen
   if (phase_ == Phase::kDone || bonus < 0) return;
   StartBlock(bonus);
