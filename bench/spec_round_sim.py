@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Deterministic spec-round simulator: draft-length policies priced without the VM's timing noise.
 
-Usage:
+Usage (from the repository root; --sweep-rows takes every row count, 1 to 16, written out):
   /usr/bin/python3 bench/spec_round_sim.py collect --crossword build/src/cli/crossword \\
       [--heldout tests/golden/clover_tiny_heldout.jsonl] [--max-draft 15] --out table.json
-  crossword bench -p 64 -n 0 -t 2 -r 200 --sweep --sweep-rows 1,2,...,16 -o json > sweep.json
+  crossword bench -p 64 -n 0 -t 2 -r 200 --sweep -o json \\
+      --sweep-rows 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 > sweep.json
   /usr/bin/python3 bench/spec_round_sim.py simulate --table table.json --sweep sweep.json
 
 Greedy spec output is AR's answer A whatever the draft lengths, so a round is fixed by where it
@@ -14,9 +15,11 @@ held-out question, every n and every d <= --max-draft on a `crossword serve` (em
 slot, greedy, no penalties, as reference/eval_engine.py): a streamed request whose prompt is the
 question's prompt plus A[:n] (the prefill picks A[n] as the seed, as AR did) and whose first
 `verify` trace event (stream_options.crossword_trace) gives the drafts it kept; the `draft` event
-gives how many it verified (a drafted end of generation cuts the draft). `simulate` then prices
-policies with pass costs from one `bench --sweep` run (a round with d drafts: a denoise pass of
-d + 1 rows and a verify pass of the drafts verified + 1 rows; d = 0: an AR step) and prints the
+gives its slots: `drafted` of them filled, the last one an end of generation when the draft ended
+at one (then the verify pass takes the seed and the drafted - 1 drafts before it). `simulate` then
+prices policies with pass costs from one `bench --sweep` run (a round with d drafts: a denoise
+pass of d + 1 rows and a verify pass of d + 1 rows, or `drafted` rows for a draft that ended at an
+end; d = 0: an AR step) and prints the
 answers' tokens/s against AR's: fixed lengths, fixed lengths with the drafts capped at the end a
 rejected round drafted (Generation's rule since 2026-12-07), and per-round oracles that know each
 round's outcome (bounds, not policies). Timings do not enter the table, so two runs of `collect`
@@ -67,21 +70,27 @@ def collect(a):
         conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
         return conn.getresponse().read().decode()
 
+    # The embedded model's ends of generation, as the trace writes them.
+    ends = {json.loads(post("/detokenize", {"tokens": [t]}))["content"]
+            for t in json.loads(post("/tokenize", {"content": "<|im_end|><|endoftext|>",
+                                                   "parse_special": True}))["tokens"]}
+
     def first_round(prompt, d):
         body = {"prompt": prompt, "max_tokens": d + 3, "stream": True, **GREEDY,
                 "stream_options": {"crossword_trace": True}, "crossword": {"mode": "spec", "draft_max": d}}
-        drafted = accepted = None
+        drafted = accepted = cut = None
         for line in post("/v1/completions", body).split("\n"):
             if not line.startswith("data: {"):
                 continue
             t = json.loads(line[6:]).get("crossword_trace")
             if t and t["phase"] == "draft" and drafted is None:
                 drafted = t["drafted"]
+                cut = int(t["slots"][drafted] in ends)
             if t and t["phase"] == "verify" and accepted is None:
                 accepted = t["accepted"]
         if drafted is None or accepted is None:
             raise SystemExit(f"spec_round_sim: no draft/verify trace for d = {d}")
-        return [drafted, accepted]
+        return [drafted, accepted, cut]
 
     out = []
     try:
@@ -130,8 +139,9 @@ class Sim:
         """(tokens emitted, answer done, ms) of a round with its seed at n and d drafts."""
         if d == 0:
             return 1, n + 1 >= len(r["A"]), self.c1
-        drafted, kept = r["a"][n][d - 1]
-        return kept + 1, n + kept + 1 >= len(r["A"]), self.cost["d", d + 1] + self.cost["v", drafted + 1]
+        drafted, kept, cut = r["a"][n][d - 1]
+        verified = drafted if cut else d + 1
+        return kept + 1, n + kept + 1 >= len(r["A"]), self.cost["d", d + 1] + self.cost["v", verified]
 
     def run(self, plan):
         """tokens/s of a policy: plan(r, n, last) -> d, last = (n, d) of the previous round or None."""
@@ -155,11 +165,10 @@ class Sim:
             if last is None or last[1] == 0:
                 return dmax
             n0, d0 = last
-            drafted, kept = r["a"][n0][d0 - 1]
-            if drafted < d0 and kept < drafted:  # a drafted end at n0 + drafted + 1, a draft rejected
-                end = n0 + drafted + 1
-                if end > n:
-                    return min(dmax, end - n)
+            drafted, kept, cut = r["a"][n0][d0 - 1]
+            end = n0 + drafted  # the drafted end's answer index
+            if cut and end > n:  # ahead of the seed: a draft before it was rejected
+                return min(dmax, end - n)
             return dmax
         return plan
 
@@ -191,8 +200,8 @@ def simulate(a):
         print(f"d {d:2d}: fixed {sim.run(lambda r, n, last, d=d: d) / ar:.3f}x  "
               f"capped at a rejected drafted end {sim.run(sim.capped(d)) / ar:.3f}x")
     for lengths in ((0, sim.dmax), tuple(range(1, sim.dmax + 1)), tuple(range(0, sim.dmax + 1))):
-        print(f"oracle over d in {{{lengths[0]}..{lengths[-1]}}}"
-              f"{' (two lengths)' if len(lengths) == 2 else ''}: {sim.run(sim.oracle(lengths)) / ar:.3f}x")
+        name = "{0, %d}" % sim.dmax if len(lengths) == 2 else f"{lengths[0]}..{lengths[-1]}"
+        print(f"oracle over d in {name}: {sim.run(sim.oracle(lengths)) / ar:.3f}x")
 
 
 def main():

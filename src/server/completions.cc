@@ -79,6 +79,14 @@ void TracePass(Exchange& ex, const tokenizer::Tokenizer& tok, const decode::Gene
     }
     if (spec) t.drafted = static_cast<int>(t.committed.size());
   } else if (st.commit_passes > before.commit_passes) {
+    // A spec round that drafted nothing (`auto`'s one-row rounds) verified its seed alone, right
+    // after no draft of its own: like an AR step it has no block to show (before, its event
+    // repeated the last draft's slots with 0 accepted).
+    const bool own_draft = ex.last_trace.phase == "draft" && ex.last_trace.pass == t.pass - 1;
+    if (spec && st.verify_rows - before.verify_rows == 1 && !own_draft) {
+      ex.last_stats = st;
+      return;
+    }
     t.phase = spec ? "verify" : "commit";
     t.block = ex.last_trace.block;
     t.slots = ex.last_trace.slots;

@@ -230,4 +230,31 @@ check("crossword_trace: diffusion passes arrive as crossword_trace events; the a
   assert.equal(got, plain.content.filter((b) => b.type === "text").map((b) => b.text).join(""));
 });
 
+check("crossword_trace: a spec round shows its draft, then its verify; rounds without a draft show nothing", async () => {
+  // Sampled `auto` requests start from the priors: their first rounds verify the seed alone.
+  const body = {
+    model: "m", max_tokens: 40, messages: user("Count from one to twenty."), stream: true,
+    temperature: 0.8, seed: 7, crossword: { mode: "spec", draft_max: "auto" },
+    stream_options: { crossword_trace: true },
+  };
+  const r = await fetch(srv.base + "/v1/messages", {
+    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  });
+  const text = await r.text();
+  const traces = text.split("\n\n").filter((e) => e.startsWith("event: crossword_trace"))
+    .map((e) => JSON.parse(e.split("\n")[1].slice(6)));
+  const usage = text.split("\n\n").filter((e) => e.startsWith("event: message_delta"))
+    .map((e) => JSON.parse(e.split("\n")[1].slice(6)).usage.output_tokens).pop();
+  // Fewer events than answer tokens: the one-row rounds (8 before the first probe) show none.
+  assert.ok(traces.length < 2 * usage, `${traces.length} events for ${usage} tokens`);
+  for (let i = 0; i < traces.length; ++i) {
+    const t = traces[i];
+    assert.ok(["draft", "verify"].includes(t.phase), JSON.stringify(t));
+    if (t.phase !== "verify") continue;
+    const d = traces[i - 1];
+    assert.ok(d && d.phase === "draft" && d.pass === t.pass - 1 && d.block === t.block,
+      "a verify event follows its own draft: " + JSON.stringify([d, t]));
+  }
+});
+
 await run([srv, keyed]);

@@ -29,8 +29,8 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
   // The server picks spec draft lengths per round unless --draft-max says otherwise; /v1/models
   // says the same.
   assert.equal(d.crossword.draft_max, "auto");
-  // llama-server's numeric field: the most an auto round drafts (block size 32 - 1).
-  assert.equal(d.params["speculative.n_max"], 31);
+  // llama-server's numeric field: the most an auto round drafts (draft_max, 15 by default).
+  assert.equal(d.params["speculative.n_max"], 15);
   const models = await get(srv.base, "/v1/models");
   assert.equal(models.body.data[0].meta.draft_max, "auto");
   assert.equal(typeof d.crossword.draft_p_min, "number");
@@ -112,7 +112,7 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
     [0.7, 0.9, 0.1, 1.2, 0.3, 0.2]);
   assert.equal(sp.top_k, 5);
   assert.equal(sp.seed, 3);
-  assert.equal(sp["speculative.n_max"], 31, "under auto: the most a round drafts");
+  assert.equal(sp["speculative.n_max"], 15, "under auto: the most a round drafts (draft_max)");
   assert.equal(sp.ignore_eos, true);
 });
 
