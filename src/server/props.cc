@@ -34,8 +34,8 @@ json ParamsJson(const decode::DecodeParams& p) {
           {"max_tokens", p.max_tokens},
           {"ignore_eos", p.eog_ids.empty()},
           {"samplers", json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})},
-          // llama-server's field is a number: the most a round drafts (block size - 1 at most; under
-          // auto the most a round may pick, draft_max keeping its value, 15 by default).
+          // llama-server's field is a number: the most a round drafts (block size - 1 at most;
+          // under auto the most a round may pick, draft_max keeping its value, 15 by default).
           {"speculative.n_max",
            p.draft_max == 0 ? p.block_size - 1 : std::min(p.draft_max, p.block_size - 1)},
           {"speculative.p_min", FloatJson(p.draft_p_min)}};
