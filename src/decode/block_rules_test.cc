@@ -19,12 +19,9 @@ using test_fixture::Fixture;
 using test_fixture::Params;
 using test_fixture::SynthTiny;
 
-// A diffusion generation on the synth model whose denoise passes get fabricated logits: the
-// prefill runs for real (it commits the prompt), its row makes `word` the seed, and each Pass
-// delivers rows where row r predicts slot r + 1, its token's logit `rows[r].second` above 0
-// everywhere else (1-3: below any threshold, larger ones surer; 50: certain).
-struct FakeDenoise {
-  static constexpr int32_t kEog = 7, kWord = 5;
+// The synth model, a forward context of one sequence, and the generation under test (set by the
+// fixtures below) with its last pass input.
+struct FakeBase {
   Fixture f{SynthTiny("golden.gguf")};
   int64_t V = f.model->hparams().n_vocab;
   int32_t mask = static_cast<int32_t>(V - 1);
@@ -32,11 +29,21 @@ struct FakeDenoise {
   std::unique_ptr<model::SequenceState> st = f.State();
   std::unique_ptr<Generation> g;
   model::SequenceInput in;
-  explicit FakeDenoise(int block) {
+  FakeBase() {
     model::ContextOptions co;
     co.max_tokens = 256;
     co.max_logit_rows = 64;
     ctx = f.exec->NewContext(co);
+  }
+};
+
+// A diffusion generation on the synth model whose denoise passes get fabricated logits: the
+// prefill runs for real (it commits the prompt), its row makes `word` the seed, and each Pass
+// delivers rows where row r predicts slot r + 1, its token's logit `rows[r].second` above 0
+// everywhere else (1-3: below any threshold, larger ones surer; 50: certain).
+struct FakeDenoise : FakeBase {
+  static constexpr int32_t kEog = 7, kWord = 5;
+  explicit FakeDenoise(int block) {
     g = std::make_unique<Generation>(*f.model, *st, std::vector<int32_t>{11, 22, 33},
                                      Params(Mode::kDiffusion, block, 0.9f, 40, {kEog}, mask),
                                      nullptr);
@@ -103,22 +110,11 @@ TEST(Diffusion, AnEarlierCommittedEndCutsTheBlockAgain) {
 // stays consistent through verify's rollback) but get fabricated logits: the prefill's row makes
 // `kWord` the seed; row r of a draft predicts slot r + 1, row r of a verify the token after
 // slot r.
-struct FakeSpec {
+struct FakeSpec : FakeBase {
   static constexpr int32_t kEog = 7, kWord = 40;  // kWord + 12 stays clear of the end token
-  Fixture f{SynthTiny("golden.gguf")};
-  int64_t V = f.model->hparams().n_vocab;
-  int32_t mask = static_cast<int32_t>(V - 1);
-  std::unique_ptr<model::ForwardContext> ctx;
-  std::unique_ptr<model::SequenceState> st = f.State();
-  std::unique_ptr<Generation> g;
-  model::SequenceInput in;
   // temperature 0: greedy; above: sampled with seed 1 (the fabricated rows are sure enough that
   // the draws follow them).
   explicit FakeSpec(float temperature = 0.0f) {
-    model::ContextOptions co;
-    co.max_tokens = 256;
-    co.max_logit_rows = 64;
-    ctx = f.exec->NewContext(co);
     DecodeParams p = Params(Mode::kSpec, 9, 0.9f, 40, {kEog}, mask);
     p.draft_max = 8;
     p.sampling.temperature = temperature;
