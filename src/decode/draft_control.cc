@@ -109,8 +109,11 @@ DraftControl::Choice DraftControl::Plan(int max_drafts) const {
   for (int d = 1; d <= std::min(max_drafts, kMaxRows); ++d) {
     survive *= AcceptanceAt(d, pooled);
     tokens += survive;
-    const double r = RateWith(d, tokens, c1);
-    could_pay = could_pay || RateWith(d, d + 1.0, c1) > 1.0;
+    // RateWith's round cost, once for both rates: the expected one and the one if every draft
+    // is right.
+    const double round_cost = 2.0 * Cost(d + 1) / c1;
+    const double r = tokens / round_cost;
+    could_pay = could_pay || (d + 1.0) / round_cost > 1.0;
     if (r > best_drafting_rate) {
       best_drafting_rate = r;
       best_drafting = d;
