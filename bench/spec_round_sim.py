@@ -123,7 +123,9 @@ class Sim:
                 t = j.get("test", "")
                 if t == "ar step":
                     self.cost["v", 1] = self.cost["d", 1] = j["median_ms"]
-                for kind, name in (("v", "verify"), ("d", "denoise")):
+                # draft{T} (the model's drafts skipping FFN blocks) when the sweep has it, after
+                # denoise{T} so that it wins.
+                for kind, name in (("v", "verify"), ("d", "denoise"), ("d", "draft")):
                     if t.startswith(name) and t[len(name):].isdigit():
                         self.cost[kind, int(t[len(name):])] = j["median_ms"]
         for kind in "dv":  # rows the sweep skipped: linear between its neighbours

@@ -76,6 +76,10 @@ EXTRA_MODES = {
     "spec-d23": ("spec", {"draft_max": 23}),
     "spec-d31": ("spec", {"draft_max": 31}),
     "spec-nochunk": ("spec", {"verify_chunk": 0}),
+    # Draft passes with every FFN block (the embedded model's drafts skip layers 2-4 by default;
+    # docs/decoding.md, "Draft passes that skip FFN blocks"): D 15 as `spec`, and auto.
+    "spec-noskip": ("spec", {"draft_max": 15, "draft_p_min": 0.0, "draft_skip_ffn": []}),
+    "spec-auto-noskip": ("spec", {"draft_max": "auto", "draft_skip_ffn": []}),
 }
 
 

@@ -259,6 +259,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
   model::StateSnapshot snap;
   st->SaveSnapshot(snap);
 
+  const uint64_t skip_ffn = x.skips_ffn() ? e.DefaultDecodeParams().draft_skip_ffn : 0;
   std::vector<PassRow> rows;
   for (int64_t t : sweep_rows) {
     if (t == 1) {
@@ -267,6 +268,10 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
       const std::string n = std::to_string(t);
       rows.push_back({"verify" + n, t, t, 0, false, {}, -1});
       rows.push_back({"denoise" + n, t, t - 1, 0, false, {}, -1});
+      // A spec draft pass as the model's drafts run it: denoise{t} skipping the FFN blocks of
+      // the model's default draft layers (DecodeParams::draft_skip_ffn; the floors assume every
+      // layer, so none are given).
+      if (skip_ffn != 0) rows.push_back({"draft" + n, t, t - 1, 0, false, {}, -1});
       if (x.fuses_passes()) {
         // Diffusion's commit pass (its last row seeds the next block) and the fused pair of each
         // mode: head rows of the seed row and the whole tail, or of every row.
@@ -323,7 +328,8 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
       }
       return timed(in, r);
     }
-    const bool denoise = r.test.starts_with("denoise");
+    const bool draft = r.test.starts_with("draft");
+    const bool denoise = draft || r.test.starts_with("denoise");
     const bool mid = r.test.find("half") != std::string::npos;
     const std::span<const int32_t> toks(mid       ? half.data()
                                         : denoise ? masked.data()
@@ -339,6 +345,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
       in.need_rows = std::span<const uint8_t>(need).first(static_cast<size_t>(r.rows));
       if (mid && r.head_rows == r.rows) in.need_rows = {};
       if (mid && r.head_rows != r.rows) in.need_rows = half_need;
+      if (draft) in.skip_ffn_layers = skip_ffn;
     } else {
       in.record = true;
     }
@@ -406,7 +413,7 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     const double compute_ms = 1e3 * macs / roof;
     const double floor_ms = std::max(bytes_ms, compute_ms);
     const double med = MedianOf(r.ms);
-    const bool floors = host && r.counted;
+    const bool floors = host && r.counted && !r.test.starts_with("draft");
     if (o.json) {
       nlohmann::ordered_json j = {{"model", o.model_name},
                                   {"device", x.name()},

@@ -43,6 +43,30 @@ std::function<std::string(std::string)> CountOrAuto(std::string name, int max, i
   };
 }
 
+// --draft-skip-ffn: "none" or layer numbers separated by commas ("2,3,4"), each in [0, 63], as
+// a mask (bit l: layer l); the model's range is checked when a generation starts.
+uint64_t ParseLayerList(const std::string& s) {
+  if (s == "none") return 0;
+  uint64_t mask = 0;
+  size_t at = 0;
+  while (true) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, end - at);
+    const bool digits =
+        !item.empty() && item.size() <= 2 &&
+        std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoi(item) > 63) {
+      throw CLI::ValidationError(fmt::format(
+          "--draft-skip-ffn must be none or layer numbers in [0, 63] separated by commas, such as "
+          "2,3,4 (got '{}')",
+          s));
+    }
+    mask |= uint64_t{1} << std::stoi(item);
+    if (end == s.size()) return mask;
+    at = end + 1;
+  }
+}
+
 }  // namespace
 
 void FlagNotes::Print(const Logger& log) const {
@@ -205,6 +229,12 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
   cmd->add_flag("--draft-expert-budget", decoding.draft_expert_budget,
                 "spec: draft rows route only among the seed's experts (fewer expert bytes per "
                 "draft; output unchanged, acceptance may drop)");
+  cmd->add_option_function<std::string>(
+         "--draft-skip-ffn",
+         [this](const std::string& v) { decoding.draft_skip_ffn = ParseLayerList(v); },
+         "spec: draft passes skip the FFN blocks of these layers, e.g. 2,3,4 (cheaper, rougher "
+         "drafts; output unchanged; default none; docs/decoding.md)")
+      ->type_name("LAYERS|none");
   // Not on serve: the scheduler's contexts hold one block per slot (docs/decoding.md).
   if (!serve) {
     cmd->add_flag(

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/error.h"
 #include "decode/generation.h"
 #include "decode/test_fixture.h"
 #include "model/forward.h"
@@ -114,9 +115,10 @@ struct FakeSpec : FakeBase {
   static constexpr int32_t kEog = 7, kWord = 40;  // kWord + 12 stays clear of the end token
   // temperature 0: greedy; above: sampled with seed 1 (the fabricated rows are sure enough that
   // the draws follow them).
-  explicit FakeSpec(float temperature = 0.0f) {
+  explicit FakeSpec(float temperature = 0.0f, uint64_t skip_ffn = 0) {
     DecodeParams p = Params(Mode::kSpec, 9, 0.9f, 40, {kEog}, mask);
     p.draft_max = 8;
+    p.draft_skip_ffn = skip_ffn;
     p.sampling.temperature = temperature;
     p.sampling.seed = 1;
     g = std::make_unique<Generation>(*f.model, *st, std::vector<int32_t>{11, 22, 33}, p, nullptr);
@@ -187,6 +189,28 @@ TEST(SpecDrafts, SampledDraftsAreNotCapped) {
   EXPECT_EQ(s.in.tokens.size(), 6u);
   ASSERT_EQ(s.g->output(), (std::vector<int32_t>{w, w + 1, w + 2, w + 9}));
   EXPECT_EQ(s.g->NextInput().tokens.size(), 9u);
+}
+
+// draft_skip_ffn: draft passes skip those layers' FFN blocks, verify passes never (they decide
+// the output); a layer the model cannot skip is refused when the generation starts.
+TEST(SpecDrafts, OnlyDraftPassesSkipFfnBlocks) {
+  FakeSpec s(0.0f, 0b110);
+  const int32_t w = FakeSpec::kWord;
+  s.Pass({w + 1, w + 2, w + 3});
+  EXPECT_EQ(s.in.kind, model::PassKind::kDenoise);
+  EXPECT_EQ(s.in.skip_ffn_layers, 0b110u);
+  s.Pass({w + 1, w + 2, w + 9});
+  EXPECT_EQ(s.in.kind, model::PassKind::kCausal);
+  EXPECT_EQ(s.in.skip_ffn_layers, 0u);
+  s.Pass({w + 4});
+  EXPECT_EQ(s.in.skip_ffn_layers, 0b110u);
+  const int n_layer = s.f.model->hparams().n_layer;
+  DecodeParams p = Params(Mode::kSpec, 9, 0.9f, 40, {FakeSpec::kEog}, s.mask);
+  p.draft_skip_ffn = uint64_t{1} << (n_layer - 1);
+  auto st = s.f.State();
+  EXPECT_THROW(Generation(*s.f.model, *st, {11, 22, 33}, p, nullptr), Error);
+  p.draft_skip_ffn = uint64_t{1} << (n_layer - 2);
+  EXPECT_NO_THROW(Generation(*s.f.model, *st, {11, 22, 33}, p, nullptr));
 }
 
 }  // namespace

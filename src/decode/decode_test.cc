@@ -310,7 +310,8 @@ TEST(SpecEqualsAr, AutoDraftLengths) {
     sp.mode = Mode::kSpec;
     sp.draft_auto = true;
     sp.draft_max = i % 2 ? 4 : 0;
-    sp.draft_expert_budget = i % 3 == 0;  // drafts inside the seed's experts: same output
+    sp.draft_expert_budget = i % 3 == 0;        // drafts inside the seed's experts: same output
+    sp.draft_skip_ffn = i % 4 == 1 ? 0b11 : 0;  // drafts without two FFN blocks: same output
     DecodeStats st;
     ASSERT_EQ(Run1(f, prompt, sp, &st), Run1(f, prompt, ar)) << "prompt " << i;
     ASSERT_LE(st.denoise_passes, st.rounds);  // a round without drafts runs no draft pass

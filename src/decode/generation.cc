@@ -2,6 +2,7 @@
 #include "decode/generation.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -110,6 +111,7 @@ DecodeParams DecodeOverrides::Apply(DecodeParams p) const {
     p.threshold = static_cast<float>(*threshold);
   }
   if (draft_expert_budget) p.draft_expert_budget = true;
+  if (draft_skip_ffn) p.draft_skip_ffn = *draft_skip_ffn;
   if (fuse_passes) p.fuse_passes = true;
   if (draft_max) {
     p.draft_auto = *draft_max == kDraftAuto;
@@ -166,6 +168,14 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
           "only");
     }
   }
+  if (const int n_layer = model.hparams().n_layer;
+      n_layer <= 64 && (params_.draft_skip_ffn >> std::max(0, n_layer - 1)) != 0) {
+    Fail(
+        "draft_skip_ffn names layer {}; this model's draft passes can skip the FFN blocks of "
+        "layers "
+        "0 .. {} (the last layer's feeds the head)",
+        63 - std::countl_zero(params_.draft_skip_ffn), n_layer - 2);
+  }
   if (params_.mode == Mode::kSpec && state_.max_record_tokens() < params_.block_size) {
     Fail("spec mode needs a state recording {} tokens (StateOptions.max_record_tokens)",
          params_.block_size);
@@ -187,7 +197,8 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
   row_.resize(static_cast<size_t>(n_vocab_));
   // Not under a grammar: constrained rounds are not covered by the fused-pass tests.
   fuse_ = params_.fuse_passes && params_.mode != Mode::kAr && !params_.draft_auto &&
-          !params_.draft_expert_budget && !params_.grammar && state_.executor().fuses_passes();
+          !params_.draft_expert_budget && params_.draft_skip_ffn == 0 && !params_.grammar &&
+          state_.executor().fuses_passes();
   chunk_verify_ = params_.mode == Mode::kSpec && params_.verify_chunk != 0 && !fuse_ &&
                   state_.executor().computes_more_logits();
   verify_hist_.assign(static_cast<size_t>(params_.block_size), 0);
@@ -334,6 +345,8 @@ model::SequenceInput Generation::NextInput() {
       if (fuse_) need_.back() = 1;
       in.need_rows = need_;
       if (phase_ == Phase::kDraft && params_.draft_expert_budget) in.expert_anchor_rows = 1;
+      if (phase_ == Phase::kDraft && state_.executor().skips_ffn())
+        in.skip_ffn_layers = params_.draft_skip_ffn;
       break;
     case Phase::kCommit:
       input_ = block_;

@@ -58,12 +58,18 @@ struct DecodeParams {
   /// (SequenceInput::expert_anchor_rows = 1), so a draft reads no more expert bytes than an AR
   /// step. Output is unchanged (verification is exact); acceptance may drop.
   bool draft_expert_budget = false;
+  /// Spec: the draft pass skips the FFN blocks of these layers (bit l: layer l, below the last;
+  /// SequenceInput::skip_ffn_layers) on executors that can (Executor::skips_ffn()): a cheaper,
+  /// rougher draft. Output is unchanged (verification is exact); acceptance may drop. 0: none.
+  /// docs/decoding.md, "Draft passes that skip FFN blocks".
+  uint64_t draft_skip_ffn = 0;
   /// Diffusion and spec (lossless; docs/decoding.md, "Fused passes"): a commit (verify) pass also
   /// runs the next block's first denoise (draft) pass as its tail (SequenceInput::denoise_tail),
   /// with the next seed guessed from the last row of the block's last denoise (draft) pass; the
   /// tail's result is used only when the guess was the real seed (spec: and every draft was
   /// accepted), otherwise the next block runs its own pass. Ignored in AR mode, with draft_auto,
-  /// draft_expert_budget or a grammar, and on executors without fused passes. Output is unchanged.
+  /// draft_expert_budget, draft_skip_ffn or a grammar, and on executors without fused passes.
+  /// Output is unchanged.
   bool fuse_passes = false;
   /// Spec: the verify pass takes the seed and the leading drafts whose slot confidence (softmax
   /// probability of the slot's best non-mask token, full vocabulary, after penalties and biases)
@@ -129,8 +135,9 @@ struct DecodeOverrides {
   std::optional<double> draft_p_min;  ///< spec verify cut; unset: the engine's (0)
   /// Spec verify's first logit chunk; unset: the engine's (auto); kVerifyChunkAuto: auto.
   std::optional<int> verify_chunk;
-  bool draft_expert_budget = false;  ///< spec drafts route among the seed's experts only
-  bool fuse_passes = false;          ///< commit/verify passes carry the next first pass
+  bool draft_expert_budget = false;        ///< spec drafts route among the seed's experts only
+  std::optional<uint64_t> draft_skip_ffn;  ///< spec drafts skip these layers' FFN blocks
+  bool fuse_passes = false;                ///< commit/verify passes carry the next first pass
   // Sampling defaults (unset: the model's; llama.cpp's flag meanings).
   std::optional<double> temperature, top_p, min_p, presence, frequency, repeat;
   std::optional<int> top_k;

@@ -230,6 +230,10 @@ decode::DecodeParams Engine::DefaultDecodeParams() const {
   // A verify cut (kDefaultDraftPMin > 0) measured no faster there, so every draft is verified.
   p.draft_max = kDefaultDraftMax;
   p.draft_p_min = kDefaultDraftPMin;
+  if (const auto name = model_->file().GetString("general.name");
+      hp.arch == "clover_moe" && name && *name == "clover-tiny") {
+    p.draft_skip_ffn = kTinyDraftSkipFfn;
+  }
   // Lossless: verify computes the logits of later rows only when the earlier drafts were kept.
   p.verify_chunk = decode::kVerifyChunkAuto;
   return p;

@@ -398,6 +398,7 @@ void Scheduler::PublishKvUse() {
     st.draft_auto = p.draft_auto;
     st.draft_p_min = p.draft_p_min;
     st.draft_expert_budget = p.draft_expert_budget;
+    st.draft_skip_ffn = p.draft_skip_ffn;
     st.verify_chunk = p.verify_chunk;
     st.temperature = p.sampling.temperature;
     st.top_k = p.sampling.top_k;

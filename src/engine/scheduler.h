@@ -105,6 +105,7 @@ struct SlotState {
   bool draft_auto = false;
   float draft_p_min = 0;
   bool draft_expert_budget = false;
+  uint64_t draft_skip_ffn = 0;
   int verify_chunk = 0;
   /// The active request's sampling settings (SamplingParams' scalar fields; logit_bias is left
   /// out so that publishing allocates nothing) and whether its end-of-generation tokens are banned.

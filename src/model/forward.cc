@@ -137,6 +137,17 @@ BatchTotals ValidateBatch(const Executor& executor, std::span<const SequenceInpu
           "a causal pass that keeps at least one causal token, on an executor that fuses passes",
           s, in.denoise_tail, T);
     }
+    if (in.skip_ffn_layers != 0) {
+      const int n_layer = executor.hparams().n_layer;
+      const bool past_last = n_layer <= 64 && (in.skip_ffn_layers >> (n_layer - 1)) != 0;
+      if (in.kind != PassKind::kDenoise || !executor.skips_ffn() || past_last) {
+        Fail(
+            "forward: sequence {} skips FFN blocks (mask {:#x}); only a denoise pass may, on an "
+            "executor that skips them, and only layers 0 .. {} (the last layer's FFN feeds the "
+            "head)",
+            s, in.skip_ffn_layers, n_layer - 2);
+      }
+    }
     const int64_t committed = T - in.denoise_tail;
     if (in.record && (in.kind != PassKind::kCausal || committed > in.state->max_record_tokens())) {
       Fail(

@@ -195,6 +195,14 @@ struct SequenceInput {
   /// causal pass of the first tokens followed by a denoise pass of the tail would give
   /// (docs/decoding.md, "Fused passes"). Logit rows, kAll and need_rows cover all T tokens.
   int32_t denoise_tail = 0;
+  /// Denoise passes only, optional (0: off; needs Executor::skips_ffn()): bit l set skips layer
+  /// l's FFN block (router, routed and shared experts) for this sequence's rows, whose residual
+  /// stream then passes through that layer's FFN unchanged; bits from n_layer - 1 on must be 0
+  /// (the last layer's FFN feeds the head). For spec drafts: layer-skipping self-speculation
+  /// (Draft & Verify, Zhang et al. 2023, arXiv:2309.08168) gives a cheaper, rougher draft; a verify
+  /// pass never skips, so the output is unchanged. docs/decoding.md, "Draft passes that skip FFN
+  /// blocks".
+  uint64_t skip_ffn_layers = 0;
 };
 
 /// What the last forward pass on a context did (filled by executors that count it; zeros
@@ -298,6 +306,8 @@ class Executor {
   virtual ThreadPool* host_pool() const { return nullptr; }
   /// Whether Forward runs fused passes (SequenceInput::denoise_tail > 0); false: it refuses them.
   virtual bool fuses_passes() const { return false; }
+  /// Whether Forward honours SequenceInput::skip_ffn_layers; false: it refuses them.
+  virtual bool skips_ffn() const { return false; }
   /// Whether MoreLogits works on this executor's contexts.
   virtual bool computes_more_logits() const { return false; }
 

@@ -291,7 +291,9 @@ void CheckDepth(const json& v, const std::string& param) {
   }
 }
 
-void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::DecodeParams& p) {
+// n_layer: the model's layers, for draft_skip_ffn (0: checked only when the generation starts).
+void ApplyDecodingExtension(const json& obj, const std::string& prefix, int n_layer,
+                            decode::DecodeParams& p) {
   if (const json* v = Field(obj, "mode")) {
     const std::string& m = String(*v, prefix + "mode");
     try {
@@ -315,6 +317,18 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, decode::
       BadRequest(prefix + "draft_expert_budget",
                  "'" + prefix + "draft_expert_budget' must be a boolean");
     p.draft_expert_budget = v->get<bool>();
+  }
+  if (const json* v = Field(obj, "draft_skip_ffn")) {
+    const std::string name = prefix + "draft_skip_ffn";
+    if (!v->is_array() || v->size() > 64)
+      BadRequest(name, "'" + name + "' must be an array of at most 64 layer numbers in [0, 63]");
+    p.draft_skip_ffn = 0;
+    for (const json& l : *v) p.draft_skip_ffn |= uint64_t{1} << Integer(l, name, 0, 63);
+    // A layer the model's draft passes cannot skip (decode::Generation checks it too).
+    if (n_layer > 0 && n_layer <= 64 && (p.draft_skip_ffn >> (n_layer - 1)) != 0) {
+      BadRequest(name, "'" + name + "' may name layers 0 .. " + std::to_string(n_layer - 2) +
+                           " of this model (the last layer's FFN feeds the head)");
+    }
   }
   if (const json* v = Field(obj, "draft_p_min"))
     p.draft_p_min = static_cast<float>(Number(*v, prefix + "draft_p_min", 0.0, 1.0));
@@ -434,9 +448,9 @@ void ParseGenerationFields(const json& body, const RequestDefaults& defaults,
   }
   ParseStructuredFields(body, r);
   // Decoding mode: the "crossword" extension object, or the same keys at the top level.
-  ApplyDecodingExtension(body, "", p);
+  ApplyDecodingExtension(body, "", defaults.n_layer, p);
   if (const json* v = Field(body, "crossword"))
-    ApplyDecodingExtension(Object(*v, "crossword"), "crossword.", p);
+    ApplyDecodingExtension(Object(*v, "crossword"), "crossword.", defaults.n_layer, p);
 }
 
 namespace {

@@ -142,6 +142,7 @@ struct RequestDefaults {
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  ///< --chat-template-kwargs
   int64_t n_vocab = 0;                                               ///< for logit_bias ids
+  int n_layer = 0;  ///< for draft_skip_ffn (0: not checked here, only when the generation starts)
   bool fixed_seed = false;  ///< --seed given: a request without "seed" uses params' seed
   int64_t n_predict = -1;   ///< -n: max_tokens of a request that gives none (-1: context left)
 };

@@ -43,6 +43,15 @@ json ParamsJson(const decode::DecodeParams& p) {
 
 namespace {
 
+// A layer mask (DecodeParams::draft_skip_ffn) as the request's array of layer numbers.
+json SkipFfnJson(uint64_t mask) {
+  json a = json::array();
+  for (int l = 0; l < 64; ++l) {
+    if (mask >> l & 1) a.push_back(l);
+  }
+  return a;
+}
+
 // crossword's decoding fields of a slot or of the defaults, named and valued as a request's
 // "crossword" object takes them ("auto" for the adaptive draft length and verify chunk).
 json DecodingJson(const decode::DecodeParams& p) {
@@ -52,6 +61,7 @@ json DecodingJson(const decode::DecodeParams& p) {
           {"draft_max", p.draft_auto ? json("auto") : json(p.draft_max)},
           {"draft_p_min", FloatJson(p.draft_p_min)},
           {"draft_expert_budget", p.draft_expert_budget},
+          {"draft_skip_ffn", SkipFfnJson(p.draft_skip_ffn)},
           {"verify_chunk",
            p.verify_chunk == decode::kVerifyChunkAuto ? json("auto") : json(p.verify_chunk)}};
 }
@@ -130,6 +140,7 @@ void Server::Impl::HandleSlots(const http::Request& req, http::Response& res) {
       p.draft_auto = s.draft_auto;
       p.draft_p_min = s.draft_p_min;
       p.draft_expert_budget = s.draft_expert_budget;
+      p.draft_skip_ffn = s.draft_skip_ffn;
       p.verify_chunk = s.verify_chunk;
       p.max_tokens = s.max_tokens;
       decode::SamplingParams& sp = p.sampling;

@@ -306,10 +306,18 @@ void Server::Impl::Load() {
         "none",
         options.decoding.mode);
   }
+  if (const int n_layer = engine->model().hparams().n_layer;
+      n_layer <= 64 && (p.draft_skip_ffn >> std::max(0, n_layer - 1)) != 0) {
+    Fail(
+        "--draft-skip-ffn may name layers 0 .. {} of this model (the last layer's FFN feeds the "
+        "head)",
+        n_layer - 2);
+  }
   defaults.params = p;
   defaults.reasoning_format = options.reasoning_format;
   defaults.kwargs = options.chat_template_kwargs;
   defaults.n_vocab = engine->tokenizer().n_vocab();
+  defaults.n_layer = engine->model().hparams().n_layer;
   defaults.fixed_seed = options.decoding.seed.has_value() && !options.decoding.random_seed;
   defaults.n_predict = options.n_predict;
   engine::SchedulerOptions so;

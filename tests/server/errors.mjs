@@ -74,6 +74,10 @@ check("wrong types and out-of-range values are a 400 naming the field", async ()
     ["draft_max", 1.5, /must be an integer in \[0, 255\] or "auto" \(got 1\.5\)/],
     ["verify_chunk", -1, /must be in \[0, 256\] or "auto" \(got -1\)/],
     ["verify_chunk", "all", /must be an integer in \[0, 256\] or "auto"/],
+    ["draft_skip_ffn", "2,3", /must be an array of at most 64 layer numbers in \[0, 63\]/],
+    ["draft_skip_ffn", [2, 64], /in \[0, 63\]/],
+    // The embedded model has 8 layers: the last one's FFN feeds the head.
+    ["draft_skip_ffn", [7], /may name layers 0 \.\. 6 of this model/],
   ]) {
     const e = await expectError({ messages: m, crossword: { [field]: value } }, 400, "crossword." + field);
     assert.match(e.message, want);

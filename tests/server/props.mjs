@@ -35,6 +35,8 @@ check("/props: llama-server's fields with crossword's defaults", async () => {
   assert.equal(models.body.data[0].meta.draft_max, "auto");
   assert.equal(typeof d.crossword.draft_p_min, "number");
   assert.equal(d.crossword.draft_expert_budget, false);
+  // The embedded clover-tiny's spec drafts skip the FFN blocks of layers 2-4 (its measured set).
+  assert.deepEqual(d.crossword.draft_skip_ffn, [2, 3, 4]);
   assert.equal(typeof body.chat_template, "string");
   assert.ok(body.chat_template.includes("im_start"), "the model's chat template");
   assert.equal(typeof body.eos_token, "string");
@@ -96,7 +98,8 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
 
   // A spec request's own spec settings show on its busy slot.
   const { slot: spec, seen: seen2 } = await busySlotOf(
-    { mode: "spec", draft_max: "auto", verify_chunk: 4, draft_p_min: 0.25, draft_expert_budget: true },
+    { mode: "spec", draft_max: "auto", verify_chunk: 4, draft_p_min: 0.25, draft_expert_budget: true,
+      draft_skip_ffn: [1, 5] },
     { temperature: 0.7, seed: 3, top_k: 5, top_p: 0.9, min_p: 0.1, repeat_penalty: 1.2, presence_penalty: 0.3,
       frequency_penalty: 0.2 });
   assert.ok(spec, "a spec slot was seen busy: " + JSON.stringify(seen2.body));
@@ -105,6 +108,7 @@ check("/slots: idle slots, then a busy one with its decoding mode and tokens per
   assert.equal(spec.crossword.verify_chunk, 4);
   assert.equal(spec.crossword.draft_p_min, 0.25);
   assert.equal(spec.crossword.draft_expert_budget, true);
+  assert.deepEqual(spec.crossword.draft_skip_ffn, [1, 5]);
   // Its sampling settings too, not the server's defaults.
   const sp = spec.params;
   // Exactly as sent: float settings print as their shortest decimal (0.7, not 0.699999988079071).

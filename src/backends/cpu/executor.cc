@@ -253,6 +253,7 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   keep_src_.assign(static_cast<size_t>(T), 0);
   anchor_row_.assign(static_cast<size_t>(T), -1);
   anchor_n_.assign(static_cast<size_t>(T), 0);
+  skip_ffn_.assign(static_cast<size_t>(T), 0);
 }
 
 void CpuContext::set_row_block_cost(int part, double seconds_per_row) {
@@ -369,6 +370,7 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
       const size_t row = static_cast<size_t>(sp[s].row0 + t);
       ctx.anchor_row_[row] = n > 0 && t >= n ? static_cast<int32_t>(sp[s].row0) : -1;
       ctx.anchor_n_[row] = static_cast<int32_t>(n);
+      ctx.skip_ffn_[row] = seqs[s].skip_ffn_layers;
     }
   }
   ctx.mutable_counters() = model::PassCounters{};
@@ -468,9 +470,31 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     for (int64_t t = r0; t < r0 + n; ++t)
       kernels::RmsNorm(x + t * E, L.post_attention_norm.data(), h + t * E, E, hp_.rms_eps);
     emit("ffn_norm", il, h, total, E);
+    // FFN blocks skipped (SequenceInput::skip_ffn_layers; never in the last layer, whose rows
+    // may be compacted): rows whose sequence skips this layer's keep their residual. A block of
+    // such rows runs no MoE; a block that mixes them with others runs it on all and adds to the
+    // others only (a row's result never depends on its block).
+    const uint64_t bit = uint64_t{1} << (il < 64 ? il : 0);
+    int64_t n_skip = 0;
+    if (il < 64 && il + 1 < hp_.n_layer) {
+      for (int64_t t = r0; t < r0 + n; ++t)
+        n_skip += (ctx.skip_ffn_[static_cast<size_t>(t)] & bit) != 0;
+    }
+    if (n_skip == n) {
+      std::fill(s.used.begin(), s.used.end(), uint8_t{0});  // no expert read
+      emit("l_out", il, x, total, E);
+      return;
+    }
     MoeLayer(il, r0, n, s, ctx);
     emit("ffn_out", il, cur, total, E);
-    kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
+    if (n_skip == 0) {
+      kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
+    } else {
+      for (int64_t t = r0; t < r0 + n; ++t) {
+        if ((ctx.skip_ffn_[static_cast<size_t>(t)] & bit) == 0)
+          kernels::Add(x + t * E, cur + t * E, x + t * E, E);
+      }
+    }
     emit("l_out", il, x, total, E);
   };
   // A layer's MoE, counted: its distinct experts over all blocks (PassCounters::experts_used),

@@ -103,6 +103,8 @@ class CpuContext final : public model::ForwardContext {
   // MoE routing with expert_anchor_rows: per batch row, the first anchor row and the number of
   // anchor rows of its sequence (anchor_row_ -1: the row routes freely).
   std::vector<int32_t> anchor_row_, anchor_n_;
+  // Per batch row: its sequence's SequenceInput::skip_ffn_layers.
+  std::vector<uint64_t> skip_ffn_;
   int64_t n_vocab_ = 0;
   // Offsets into f_ (floats) and i_ (int32), set up by the constructor. Row t is token t of the
   // batch; [a][b] is row-major.
@@ -162,6 +164,7 @@ class CpuExecutor final : public model::Executor {
   int host_threads() const override { return pool_->size(); }
   ThreadPool* host_pool() const override { return pool_.get(); }
   bool fuses_passes() const override { return true; }
+  bool skips_ffn() const override { return true; }
   bool computes_more_logits() const override { return true; }
   std::unique_ptr<model::SequenceState> NewState(const model::StateOptions& options) const override;
   std::unique_ptr<model::ForwardContext> NewContext(

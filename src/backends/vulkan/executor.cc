@@ -502,9 +502,10 @@ std::unique_ptr<model::ForwardContext> VulkanExecutor::NewContext(
 // Forward.
 
 CommandList& VulkanExecutor::ListFor(DeviceState& st, int64_t T, PassKind kind, LogitRows rows,
-                                     bool record) const {
-  const DeviceState::Key key{T, static_cast<int>(kind), static_cast<int>(rows), record ? 1 : 0,
-                             profile_ ? 1 : 0};
+                                     bool record, uint64_t skip_ffn) const {
+  const DeviceState::Key key{
+      T,       static_cast<int>(kind), static_cast<int>(rows), record ? 1 : 0, profile_ ? 1 : 0,
+      skip_ffn};
   auto it = st.lists_.find(key);
   if (it != st.lists_.end()) return *it->second;
   if (static_cast<int>(st.lists_.size()) >= options_.max_recorded_shapes) {
@@ -515,16 +516,17 @@ CommandList& VulkanExecutor::ListFor(DeviceState& st, int64_t T, PassKind kind, 
   OpConfig ops = options_.ops;
   ops.profile = profile_;
   cl->Begin(st.params_, ops);
-  RecordPass(*cl, st, T, kind, rows, record);
+  RecordPass(*cl, st, T, kind, rows, record, skip_ffn);
   cl->End();
   st.list_order_.push_back(key);
   return *st.lists_.emplace(key, std::move(cl)).first->second;
 }
 
 void VulkanExecutor::RunChunk(DeviceState& st, std::span<const int32_t> tokens, PassKind kind,
-                              LogitRows rows, bool record, float* logits_out) const {
+                              LogitRows rows, bool record, float* logits_out,
+                              uint64_t skip_ffn) const {
   const int64_t T = static_cast<int64_t>(tokens.size());
-  CommandList& cl = ListFor(st, T, kind, rows, record);
+  CommandList& cl = ListFor(st, T, kind, rows, record, skip_ffn);
   reinterpret_cast<int32_t*>(st.params_.host)[0] = static_cast<int32_t>(st.n_past());
   std::memcpy(s_->ids.host, tokens.data(), tokens.size_bytes());
   st.NoteKvWrite(st.n_past(), T);
@@ -570,7 +572,8 @@ void VulkanExecutor::Forward(std::span<const model::SequenceInput> seqs,
       const int64_t n = std::min(max_T, T - at);
       LogitRows r = in.logits;
       if (r == LogitRows::kLast && at + n < T) r = LogitRows::kNone;
-      RunChunk(st, in.tokens.subspan(at, n), in.kind, r, in.record, ctx.logits_.data() + row * V);
+      RunChunk(st, in.tokens.subspan(at, n), in.kind, r, in.record, ctx.logits_.data() + row * V,
+               in.skip_ffn_layers);
       row += model::LogitRowCount(r, n);
     }
     ctx.seq_logit_count_[s] = row - ctx.seq_logit_offset_[s];

@@ -93,6 +93,7 @@ class DeviceState final : public model::SequenceState {
   struct Key {
     int64_t T;
     int kind, rows, record, profile;
+    uint64_t skip_ffn;
     auto operator<=>(const Key&) const = default;
   };
 
@@ -148,6 +149,7 @@ class VulkanExecutor final : public model::Executor {
   // model::Executor.
   const model::Model& model() const override { return *model_; }
   std::string_view name() const override { return "vulkan"; }
+  bool skips_ffn() const override { return true; }
   std::string Describe() const override;
   int host_threads() const override { return 1; }
   /// Only F16 KV caches; max_record_tokens at most ExecutorOptions::max_tokens.
@@ -185,8 +187,9 @@ class VulkanExecutor final : public model::Executor {
   struct Layer;
   struct Scratch;
   void Upload();
+  // skip_ffn: SequenceInput::skip_ffn_layers (those layers record no MoE).
   void RecordPass(CommandList& cl, DeviceState& st, int64_t T, model::PassKind kind,
-                  model::LogitRows rows, bool record) const;
+                  model::LogitRows rows, bool record, uint64_t skip_ffn) const;
   void RecordGdn(CommandList& cl, int il, int r, DeviceState& st, int64_t T, bool denoise,
                  bool record) const;
   void RecordAttention(CommandList& cl, int il, int a, DeviceState& st, int64_t T,
@@ -194,9 +197,9 @@ class VulkanExecutor final : public model::Executor {
   void RecordMoe(CommandList& cl, int il, int64_t T) const;
   void RecordRollback(CommandList& cl, DeviceState& st) const;
   CommandList& ListFor(DeviceState& st, int64_t T, model::PassKind kind, model::LogitRows rows,
-                       bool record) const;
+                       bool record, uint64_t skip_ffn) const;
   void RunChunk(DeviceState& st, std::span<const int32_t> tokens, model::PassKind kind,
-                model::LogitRows rows, bool record, float* logits_out) const;
+                model::LogitRows rows, bool record, float* logits_out, uint64_t skip_ffn = 0) const;
 
   std::unique_ptr<Device> owned_device_;  // Open(): destroyed last
   Device& device_;

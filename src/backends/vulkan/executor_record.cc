@@ -70,7 +70,7 @@ void Mm(CommandList& cl, const DeviceMatrix& w, BufferView x, int64_t ldx, const
 }  // namespace
 
 void VulkanExecutor::RecordPass(CommandList& cl, DeviceState& st, int64_t T, PassKind kind,
-                                LogitRows rows, bool record) const {
+                                LogitRows rows, bool record, uint64_t skip_ffn) const {
   const Hparams& hp = hparams();
   const Scratch& s = *s_;
   const int64_t E = hp.n_embd;
@@ -78,7 +78,9 @@ void VulkanExecutor::RecordPass(CommandList& cl, DeviceState& st, int64_t T, Pas
   for (int il = 0; il < n_layers_; ++il) {
     const Layer& L = layers_[static_cast<size_t>(il)];
     RmsNormArgs n;
-    n.mode = il == 0 ? RmsNormArgs::kPlain : RmsNormArgs::kAdd;  // x += previous layer's MoE
+    // x += the previous layer's MoE, unless it skipped its FFN (SequenceInput::skip_ffn_layers).
+    const bool prev_ffn = il > 0 && !(il - 1 < 64 && (skip_ffn >> (il - 1) & 1));
+    n.mode = prev_ffn ? RmsNormArgs::kAdd : RmsNormArgs::kPlain;
     n.x = s.x;
     n.ldx = E;
     n.residual = s.cur;
@@ -98,7 +100,7 @@ void VulkanExecutor::RecordPass(CommandList& cl, DeviceState& st, int64_t T, Pas
     n.mode = RmsNormArgs::kAdd;  // x += attention / GDN output
     n.w = L.post_attention_norm;
     RmsNorm(cl, n);
-    RecordMoe(cl, il, T);
+    if (!(il < 64 && (skip_ffn >> il & 1))) RecordMoe(cl, il, T);
   }
   if (n_layers_ < hp.n_layer) {  // a split: the residual stream goes to the CPU's layers
     const uint64_t bytes = static_cast<uint64_t>(T * E) * 4;
