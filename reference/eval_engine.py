@@ -7,7 +7,8 @@ reference): accuracy, tokens per forward pass, drafts accepted per spec round, g
 
 --extra adds spec variants (EXTRA_MODES: spec-auto = --draft-max auto, spec-budget = the draft
 expert budget, spec-auto-budget, spec-d3 / spec-d7 / spec-d23 / spec-d31 = --draft-max 3 / 7 /
-23 / 31, spec-nochunk = verify without chunks, --verify-chunk 0); --reps N runs every mode N
+23 / 31, spec-nochunk = verify without chunks, --verify-chunk 0, spec-noskip / spec-auto-noskip =
+spec / spec-auto with drafts through every layer, "draft_skip_ffn": []); --reps N runs every mode N
 times and reports the median tokens/s with its range and the median of the per-run ratios to ar
 (answers must not change).
 Within a run the modes take turns over chunks of 6 questions, in a shuffled order per chunk, so

@@ -413,7 +413,10 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
     const double compute_ms = 1e3 * macs / roof;
     const double floor_ms = std::max(bytes_ms, compute_ms);
     const double med = MedianOf(r.ms);
-    const bool floors = host && r.counted && !r.test.starts_with("draft");
+    // A draft row's bytes and multiply-adds (and so its floors) are not modelled: the model
+    // counts every layer's FFN.
+    const bool modelled = r.counted && !r.test.starts_with("draft");
+    const bool floors = host && modelled;
     if (o.json) {
       nlohmann::ordered_json j = {{"model", o.model_name},
                                   {"device", x.name()},
@@ -438,6 +441,8 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
         j["head_rows"] = r.head_rows;
         if (r.last_rows >= 0) j["last_layer_rows"] = r.last_rows;
         j["experts_per_layer"] = r.experts;
+      }
+      if (modelled) {
         j["bytes"] = bytes;
         j["multiply_adds"] = macs;
       }
@@ -448,13 +453,13 @@ void RunPassSweep(const engine::Engine& e, std::span<const int32_t> prompt, cons
       }
       std::fprintf(out, "%s\n", j.dump().c_str());
     } else if (!floors) {
-      auto or_na = [&](const std::string& v) { return r.counted ? v : std::string("n/a"); };
+      auto or_na = [](bool known, const std::string& v) { return known ? v : std::string("n/a"); };
       std::fprintf(out, "| %s | %lld | %s | %s | %.3f | %.2f | %s | %s | n/a | n/a | n/a |\n",
                    r.test.c_str(), static_cast<long long>(r.rows),
-                   or_na(std::to_string(r.head_rows)).c_str(),
-                   or_na(fmt::format("{:.1f}", r.experts)).c_str(), med, med / ar_ms,
-                   or_na(fmt::format("{:.1f}", bytes / 1e6)).c_str(),
-                   or_na(fmt::format("{:.3f}", macs / 1e9)).c_str());
+                   or_na(r.counted, std::to_string(r.head_rows)).c_str(),
+                   or_na(r.counted, fmt::format("{:.1f}", r.experts)).c_str(), med, med / ar_ms,
+                   or_na(modelled, fmt::format("{:.1f}", bytes / 1e6)).c_str(),
+                   or_na(modelled, fmt::format("{:.3f}", macs / 1e9)).c_str());
     } else {
       std::fprintf(out,
                    "| %s | %lld | %lld | %.1f | %.3f | %.2f | %.1f | %.3f | %.3f | %.3f | %.2f |\n",

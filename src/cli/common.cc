@@ -233,7 +233,7 @@ void DecodeFlags::Add(CLI::App* cmd, Command command) {
          "--draft-skip-ffn",
          [this](const std::string& v) { decoding.draft_skip_ffn = ParseLayerList(v); },
          "spec: draft passes skip the FFN blocks of these layers, e.g. 2,3,4 (cheaper, rougher "
-         "drafts; output unchanged; default none; docs/decoding.md)")
+         "drafts; output unchanged; default none, the embedded model's 2,3,4; docs/decoding.md)")
       ->type_name("LAYERS|none");
   // Not on serve: the scheduler's contexts hold one block per slot (docs/decoding.md).
   if (!serve) {
