@@ -196,7 +196,8 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
   row_.resize(static_cast<size_t>(n_vocab_));
   // Not under a grammar: constrained rounds are not covered by the fused-pass tests.
   fuse_ = params_.fuse_passes && params_.mode != Mode::kAr && !params_.draft_auto &&
-          !params_.draft_expert_budget && params_.draft_skip_ffn == 0 && !params_.grammar &&
+          !params_.draft_expert_budget &&
+          (params_.mode != Mode::kSpec || params_.draft_skip_ffn == 0) && !params_.grammar &&
           state_.executor().fuses_passes();
   chunk_verify_ = params_.mode == Mode::kSpec && params_.verify_chunk != 0 && !fuse_ &&
                   state_.executor().computes_more_logits();

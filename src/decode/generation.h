@@ -68,8 +68,8 @@ struct DecodeParams {
   /// with the next seed guessed from the last row of the block's last denoise (draft) pass; the
   /// tail's result is used only when the guess was the real seed (spec: and every draft was
   /// accepted), otherwise the next block runs its own pass. Ignored in AR mode, with draft_auto,
-  /// draft_expert_budget, draft_skip_ffn or a grammar, and on executors without fused passes.
-  /// Output is unchanged.
+  /// draft_expert_budget, a grammar, spec's draft_skip_ffn (a fused tail is a full denoise
+  /// pass), and on executors without fused passes. Output is unchanged.
   bool fuse_passes = false;
   /// Spec: the verify pass takes the seed and the leading drafts whose slot confidence (softmax
   /// probability of the slot's best non-mask token, full vocabulary, after penalties and biases)

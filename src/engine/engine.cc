@@ -230,8 +230,11 @@ decode::DecodeParams Engine::DefaultDecodeParams() const {
   // A verify cut (kDefaultDraftPMin > 0) measured no faster there, so every draft is verified.
   p.draft_max = kDefaultDraftMax;
   p.draft_p_min = kDefaultDraftPMin;
+  // Only where those layers lie below the last (a file of that name with fewer layers drafts
+  // with every layer).
   if (const auto name = model_->file().GetString("general.name");
-      hp.arch == "clover_moe" && name && *name == "clover-tiny") {
+      hp.arch == "clover_moe" && name && *name == "clover-tiny" && hp.n_layer <= 64 &&
+      (kTinyDraftSkipFfn >> std::max(0, hp.n_layer - 1)) == 0) {
     p.draft_skip_ffn = kTinyDraftSkipFfn;
   }
   // Lossless: verify computes the logits of later rows only when the earlier drafts were kept.

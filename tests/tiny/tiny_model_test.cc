@@ -187,7 +187,7 @@ TEST(TinyModel, DraftedEndsShortenTheVerifyPass) {
 // guessed seeds hit), and each one saved exactly one denoise/draft pass.
 TEST(TinyModel, FusedPassesChangeNoToken) {
   const json g = Golden();
-  int64_t hits = 0, fused = 0;
+  int64_t hits = 0, fused = 0, diffusion_fused = 0;
   for (const json& run : g["runs"]) {
     const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
     for (const json& mode :
@@ -195,7 +195,9 @@ TEST(TinyModel, FusedPassesChangeNoToken) {
           json{{"mode", "diffusion"}, {"threshold", 0.9}}, json{{"mode", "spec"}}}) {
       SCOPED_TRACE(run["question"].get<std::string>() + " " + mode.dump());
       decode::DecodeParams p = Params(mode, 96);
-      p.draft_skip_ffn = 0;  // fused tails are full denoise passes: fusion is off with skips
+      // Spec fuses only with drafts through every layer (a fused tail is a full denoise pass);
+      // diffusion, which has no drafts, fuses with the model's default draft_skip_ffn.
+      if (mode["mode"] == "spec") p.draft_skip_ffn = 0;
       decode::DecodeParams q = p;
       q.fuse_passes = true;
       decode::DecodeStats a, b;
@@ -209,9 +211,11 @@ TEST(TinyModel, FusedPassesChangeNoToken) {
       EXPECT_EQ(b.denoise_passes + b.fused_hits, a.denoise_passes);
       hits += b.fused_hits;
       fused += b.fused_passes;
+      if (mode["mode"] == "diffusion") diffusion_fused += b.fused_passes;
     }
   }
   EXPECT_GT(hits, 0) << "no fused tail was used in " << fused << " fused passes";
+  EXPECT_GT(diffusion_fused, 0) << "diffusion fused no pass";
   std::printf("fused passes: %lld, tails used %lld\n", static_cast<long long>(fused),
               static_cast<long long>(hits));
 }
