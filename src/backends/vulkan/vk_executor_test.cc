@@ -128,6 +128,16 @@ struct Pair {
     return Run(*gpu, *gctx, st, toks, rows, kind, record);
   }
   int64_t V() const { return model->hparams().n_vocab; }
+  // A CPU and a GPU state that have both run `prompt`.
+  struct States {
+    std::unique_ptr<model::SequenceState> cpu, gpu;
+  };
+  States AfterPrompt(std::span<const int32_t> prompt) {
+    States s{cpu->NewState(Opts()), gpu->NewState(Opts())};
+    Cpu(*s.cpu, prompt);
+    Gpu(*s.gpu, prompt);
+    return s;
+  }
 };
 
 std::vector<float> Gdn(const model::SequenceState& st) {
@@ -222,11 +232,8 @@ TEST_F(VulkanExecutorTest, ChunkedPrefillEqualsTokenByToken) {
 TEST_F(VulkanExecutorTest, DenoisePassMatchesTheCpuAndLeavesNoTrace) {
   const ModelCase& c = kCases[1];
   Pair p(dev(), SynthPath(c));
-  auto cs = p.cpu->NewState(p.Opts());
-  auto gs = p.gpu->NewState(p.Opts());
   const std::vector<int32_t> prompt = Tokens(10, 8, p.V()), block = Tokens(8, 9, p.V());
-  p.Cpu(*cs, prompt);
-  p.Gpu(*gs, prompt);
+  auto [cs, gs] = p.AfterPrompt(prompt);
   const std::vector<float> before = Gdn(*gs);
   ExpectRowsClose(p.Gpu(*gs, block, LogitRows::kAll, PassKind::kDenoise),
                   p.Cpu(*cs, block, LogitRows::kAll, PassKind::kDenoise), p.V(), Bound(c),
@@ -245,11 +252,8 @@ TEST_F(VulkanExecutorTest, DenoisePassSkippingFfnBlocksMatchesTheCpu) {
   // 1.3x this test's int8 bound on other tokens).
   const ModelCase& c = kCases[3];
   Pair p(dev(), SynthPath(c));
-  auto cs = p.cpu->NewState(p.Opts());
-  auto gs = p.gpu->NewState(p.Opts());
   const std::vector<int32_t> prompt = Tokens(10, 8, p.V()), block = Tokens(8, 9, p.V());
-  p.Cpu(*cs, prompt);
-  p.Gpu(*gs, prompt);
+  auto [cs, gs] = p.AfterPrompt(prompt);
   auto run = [&](const model::Executor& e, model::ForwardContext& ctx, model::SequenceState& st,
                  uint64_t skip) {
     model::SequenceInput in{&st, block, PassKind::kDenoise, LogitRows::kAll};
