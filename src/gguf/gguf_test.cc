@@ -505,6 +505,8 @@ TEST(GgufValidation, TensorErrors) {
   ExpectError(one({256}, 16, 0, 256), {"IQ2_XXS", "not supported"});
   ExpectError(one({-1}, 0, 0, 64), {"ne[0] is -1"});
   ExpectError(one({1ll << 40, 1ll << 40}, 0, 0, 64), {"overflow"});
+  // No elements, but 2^80 rows (TensorInfo::n_rows() would overflow).
+  ExpectError(one({0, 1ll << 40, 1ll << 40}, 0, 0, 64), {"row count overflows"});
   ExpectError(one({1ll << 31, 1ll << 30, 2}, 0, 0, 64), {"byte size overflows"});
   ExpectError(one({1ll << 40, 1ll << 20, 1}, 0, 0, 64), {"runs past"});
   Bytes b5;

@@ -271,6 +271,12 @@ void Reader::ReadTensorInfos(File* file, uint64_t n_tensors) {
       }
       t.ne[d] = ne;
     }
+    // The row count too: with ne[0] = 0 the element count is 0 whatever the other dims, and
+    // TensorInfo::n_rows() would overflow (found by gguf_reader_fuzzer under UBSan).
+    if (int64_t rows = 1; __builtin_mul_overflow(t.ne[1], t.ne[2], &rows) ||
+                          __builtin_mul_overflow(rows, t.ne[3], &rows)) {
+      Fail(dims_at, "row count overflows ({} x {} x {})", t.ne[1], t.ne[2], t.ne[3]);
+    }
     const uint64_t type_at = pos_;
     const uint32_t type_id = Read<uint32_t>("tensor type");
     const auto traits = FindTypeTraits(type_id);
