@@ -298,14 +298,10 @@ void Run(const RunFlags& f) {
                  engine->model().hparams().n_expert, engine->model().hparams().n_expert_used);
     if (params.mode == decode::Mode::kSpec) {
       if (params.draft_skip_ffn != 0) {
-        std::string layers;
-        for (int l = 0; l < 64; ++l) {
-          if (params.draft_skip_ffn >> l & 1)
-            layers += fmt::format("{}{}", layers.empty() ? "" : ",", l);
-        }
-        std::fprintf(stderr, "crossword: draft passes skip the FFN blocks of layers %s%s\n",
-                     layers.c_str(),
-                     engine->executor().skips_ffn() ? "" : " (not on this executor: every layer)");
+        std::fprintf(
+            stderr, "crossword: draft passes skip the FFN blocks of layers %s%s\n",
+            fmt::format("{}", fmt::join(model::MaskLayers(params.draft_skip_ffn), ",")).c_str(),
+            engine->executor().skips_ffn() ? "" : " (not on this executor: every layer)");
       }
       std::string hist;
       for (size_t k = 0; k < st.accepted_hist.size(); ++k) {

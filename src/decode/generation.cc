@@ -169,11 +169,11 @@ Generation::Generation(const model::Model& model, model::SequenceState& state,
     }
   }
   if (const int n_layer = model.hparams().n_layer;
-      n_layer <= 64 && (params_.draft_skip_ffn >> std::max(0, n_layer - 1)) != 0) {
+      const uint64_t bad = params_.draft_skip_ffn & ~model::SkippableFfnLayers(n_layer)) {
     Fail(
         "--draft-skip-ffn (draft_skip_ffn) names layer {}; this model's draft passes can skip the "
         "FFN blocks of layers 0 .. {} (the last layer's feeds the head)",
-        63 - std::countl_zero(params_.draft_skip_ffn), n_layer - 2);
+        63 - std::countl_zero(bad), n_layer - 2);
   }
   if (params_.mode == Mode::kSpec && state_.max_record_tokens() < params_.block_size) {
     Fail("spec mode needs a state recording {} tokens (StateOptions.max_record_tokens)",

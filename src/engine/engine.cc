@@ -233,8 +233,8 @@ decode::DecodeParams Engine::DefaultDecodeParams() const {
   // Only where those layers lie below the last (a file of that name with fewer layers drafts
   // with every layer).
   if (const auto name = model_->file().GetString("general.name");
-      hp.arch == "clover_moe" && name && *name == "clover-tiny" && hp.n_layer <= 64 &&
-      (kTinyDraftSkipFfn >> std::max(0, hp.n_layer - 1)) == 0) {
+      hp.arch == "clover_moe" && name && *name == "clover-tiny" &&
+      (kTinyDraftSkipFfn & ~model::SkippableFfnLayers(hp.n_layer)) == 0) {
     p.draft_skip_ffn = kTinyDraftSkipFfn;
   }
   // Lossless: verify computes the logits of later rows only when the earlier drafts were kept.

@@ -139,8 +139,8 @@ BatchTotals ValidateBatch(const Executor& executor, std::span<const SequenceInpu
     }
     if (in.skip_ffn_layers != 0) {
       const int n_layer = executor.hparams().n_layer;
-      const bool past_last = n_layer <= 64 && (in.skip_ffn_layers >> (n_layer - 1)) != 0;
-      if (in.kind != PassKind::kDenoise || !executor.skips_ffn() || past_last) {
+      if (in.kind != PassKind::kDenoise || !executor.skips_ffn() ||
+          (in.skip_ffn_layers & ~SkippableFfnLayers(n_layer)) != 0) {
         Fail(
             "forward: sequence {} skips FFN blocks (mask {:#x}); only a denoise pass may, on an "
             "executor that skips them, and only layers 0 .. {} (the last layer's FFN feeds the "

@@ -352,6 +352,22 @@ struct BatchTotals {
 BatchTotals ValidateBatch(const Executor& executor, std::span<const SequenceInput> seqs,
                           const ForwardContext& ctx);
 
+/// The layers whose FFN block a pass may skip (SequenceInput::skip_ffn_layers) in a model of
+/// `n_layer` layers, as a mask: every one below the last (whose FFN feeds the head), up to
+/// layer 63.
+inline uint64_t SkippableFfnLayers(int n_layer) {
+  return n_layer <= 1 ? 0 : n_layer > 64 ? ~uint64_t{0} : (uint64_t{1} << (n_layer - 1)) - 1;
+}
+
+/// The layer numbers of a layer mask, in ascending order.
+inline std::vector<int> MaskLayers(uint64_t mask) {
+  std::vector<int> layers;
+  for (int l = 0; l < 64; ++l) {
+    if (mask >> l & 1) layers.push_back(l);
+  }
+  return layers;
+}
+
 /// Logit rows a sequence of T tokens gets.
 inline int64_t LogitRowCount(LogitRows rows, int64_t T) {
   return rows == LogitRows::kAll ? T : rows == LogitRows::kLast ? 1 : 0;

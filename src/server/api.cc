@@ -325,7 +325,7 @@ void ApplyDecodingExtension(const json& obj, const std::string& prefix, int n_la
     p.draft_skip_ffn = 0;
     for (const json& l : *v) p.draft_skip_ffn |= uint64_t{1} << Integer(l, name, 0, 63);
     // A layer the model's draft passes cannot skip (decode::Generation checks it too).
-    if (n_layer > 0 && n_layer <= 64 && (p.draft_skip_ffn >> (n_layer - 1)) != 0) {
+    if (n_layer > 0 && (p.draft_skip_ffn & ~model::SkippableFfnLayers(n_layer)) != 0) {
       BadRequest(name, "'" + name + "' may name layers 0 .. " + std::to_string(n_layer - 2) +
                            " of this model (the last layer's FFN feeds the head)");
     }

@@ -43,15 +43,6 @@ json ParamsJson(const decode::DecodeParams& p) {
 
 namespace {
 
-// A layer mask (DecodeParams::draft_skip_ffn) as the request's array of layer numbers.
-json SkipFfnJson(uint64_t mask) {
-  json a = json::array();
-  for (int l = 0; l < 64; ++l) {
-    if (mask >> l & 1) a.push_back(l);
-  }
-  return a;
-}
-
 // crossword's decoding fields of a slot or of the defaults, named and valued as a request's
 // "crossword" object takes them ("auto" for the adaptive draft length and verify chunk).
 json DecodingJson(const decode::DecodeParams& p) {
@@ -61,7 +52,7 @@ json DecodingJson(const decode::DecodeParams& p) {
           {"draft_max", p.draft_auto ? json("auto") : json(p.draft_max)},
           {"draft_p_min", FloatJson(p.draft_p_min)},
           {"draft_expert_budget", p.draft_expert_budget},
-          {"draft_skip_ffn", SkipFfnJson(p.draft_skip_ffn)},
+          {"draft_skip_ffn", model::MaskLayers(p.draft_skip_ffn)},
           {"verify_chunk",
            p.verify_chunk == decode::kVerifyChunkAuto ? json("auto") : json(p.verify_chunk)}};
 }

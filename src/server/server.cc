@@ -307,7 +307,7 @@ void Server::Impl::Load() {
         options.decoding.mode);
   }
   if (const int n_layer = engine->model().hparams().n_layer;
-      n_layer <= 64 && (p.draft_skip_ffn >> std::max(0, n_layer - 1)) != 0) {
+      (p.draft_skip_ffn & ~model::SkippableFfnLayers(n_layer)) != 0) {
     Fail(
         "--draft-skip-ffn may name layers 0 .. {} of this model (the last layer's FFN feeds the "
         "head)",

@@ -467,16 +467,14 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
     emit(L.is_recurrent() ? "gdn_out" : "attn_out", il, cur, total, E);
     kernels::Add(x + r0 * E, cur + r0 * E, x + r0 * E, n * E);
     emit("ffn_inp", il, x, total, E);
-    for (int64_t t = r0; t < r0 + n; ++t)
-      kernels::RmsNorm(x + t * E, L.post_attention_norm.data(), h + t * E, E, hp_.rms_eps);
-    emit("ffn_norm", il, h, total, E);
     // FFN blocks skipped (SequenceInput::skip_ffn_layers; never in the last layer, whose rows
     // may be compacted): rows whose sequence skips this layer's keep their residual. A block of
-    // such rows runs no MoE; a block that mixes them with others runs it on all and adds to the
-    // others only (a row's result never depends on its block).
-    const uint64_t bit = uint64_t{1} << (il < 64 ? il : 0);
+    // such rows runs neither the FFN norm nor the MoE; a block that mixes them with others runs
+    // both on all and adds to the others only (a row's result never depends on its block).
+    const uint64_t bit =
+        il < 64 ? model::SkippableFfnLayers(hp_.n_layer) & (uint64_t{1} << il) : uint64_t{0};
     int64_t n_skip = 0;
-    if (il < 64 && il + 1 < hp_.n_layer) {
+    if (bit != 0) {
       for (int64_t t = r0; t < r0 + n; ++t)
         n_skip += (ctx.skip_ffn_[static_cast<size_t>(t)] & bit) != 0;
     }
@@ -485,6 +483,9 @@ void CpuExecutor::Run(std::span<const SequenceInput> seqs, model::ForwardContext
       emit("l_out", il, x, total, E);
       return;
     }
+    for (int64_t t = r0; t < r0 + n; ++t)
+      kernels::RmsNorm(x + t * E, L.post_attention_norm.data(), h + t * E, E, hp_.rms_eps);
+    emit("ffn_norm", il, h, total, E);
     MoeLayer(il, r0, n, s, ctx);
     emit("ffn_out", il, cur, total, E);
     if (n_skip == 0) {
