@@ -173,8 +173,8 @@ void RowToQ8_0(const float* x, int64_t n, int8_t* q, float* d, int32_t* sums) {
 }
 
 // Q8_K (ggml quantize_row_q8_K_ref): iscale = -127/max (max = first value of largest |x|),
-// q = min(127, nearest-even(iscale*x)), d = 1/iscale, bsums = sums of 16.
-void RowToQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
+// q = min(127, nearest-even(iscale*x)), d = 1/iscale, bsums = sums of 16, biased = q + 128.
+void RowToQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums, uint8_t* biased) {
   const hn::ScalableTag<float> df;
   const hn::Rebind<int32_t, decltype(df)> di;
   const hn::Rebind<int8_t, decltype(df)> d8;
@@ -209,6 +209,13 @@ void RowToQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums) {
       for (int j = 0; j < 16; ++j) sum += qb[s * 16 + j];
       bsums[b * 16 + s] = static_cast<int16_t>(sum);
     }
+    // q + 128 as u8: two's complement with the sign bit flipped.
+    const hn::ScalableTag<uint8_t> du8;
+    const hn::Repartition<int8_t, decltype(du8)> di8;
+    for (int64_t j = 0; j < 256; j += static_cast<int64_t>(hn::Lanes(du8))) {
+      const auto v = hn::BitCast(du8, hn::LoadU(di8, qb + j));
+      hn::StoreU(hn::Xor(v, hn::Set(du8, uint8_t{0x80})), du8, biased + b * 256 + j);
+    }
   }
 }
 
@@ -236,7 +243,7 @@ void PrepareRowsImpl(ActFormat format, const float* x, int64_t r0, int64_t r1, i
       case ActFormat::kQ8_K:
         RowToQ8_K(xr, n, reinterpret_cast<int8_t*>(row),
                   reinterpret_cast<float*>(row + out->scale_offset()),
-                  reinterpret_cast<int16_t*>(row + out->sums_offset()));
+                  reinterpret_cast<int16_t*>(row + out->sums_offset()), row + out->biased_offset());
         break;
     }
   }

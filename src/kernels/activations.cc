@@ -55,7 +55,8 @@ void Activations::SetShape(ActFormat format, int64_t n_rows, int64_t n_in) {
   Check(n_rows >= 0 && n_in >= 0 && n_in % bs == 0 && (bs == 1 || n_in % 16 == 0),
         "Activations: n_in {} must be a non-negative multiple of the block size {} ({} rows)", n_in,
         bs, n_rows);
-  const size_t stride = ref::ActRowStride(format, n_in);
+  const ref::ActRowLayout layout = ref::ActLayout(format, n_in);
+  const size_t stride = layout.stride;
   Check(stride * static_cast<size_t>(n_rows) <= capacity_,
         "Activations: {} rows of n_in {} need {} bytes but only {} are reserved; call Reserve() "
         "with the largest batch at load time",
@@ -64,9 +65,9 @@ void Activations::SetShape(ActFormat format, int64_t n_rows, int64_t n_in) {
   n_rows_ = n_rows;
   n_in_ = n_in;
   row_stride_ = stride;
-  const size_t n = static_cast<size_t>(n_in);
-  scale_offset_ = (n + 63) & ~size_t{63};
-  sums_offset_ = scale_offset_ + ((4 * (n / bs) + 63) & ~size_t{63});
+  scale_offset_ = layout.scale;
+  sums_offset_ = layout.sums;
+  biased_offset_ = layout.biased;
 }
 
 }  // namespace crossword::kernels

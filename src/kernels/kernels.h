@@ -30,7 +30,7 @@ struct Matrix {
 /// Bytes of the tile layout Repack writes for `w`, 0 when this CPU's kernels have none for
 /// w.type. Today, on AVX-512 VNNI: Q8_0 (576 bytes per 16 rows x 32 columns, about 1.06x its
 /// size), Q4_0 (288 bytes per 16 x 32: its size) and Q4_K / Q5_K / Q6_K (per 16 rows x 2048
-/// columns one unpacked tile: Q6_K 1.5x its size). Products of 4 or more activation rows read it
+/// columns one unpacked tile: Q6_K 1.33x its size). Products of 4 or more activation rows read it
 /// instead of repacking each 16-row tile on every call (llama.cpp's CPU "repack" buffers do the
 /// same), and so do Q8_0 and Q4_0 products of 1-3 rows; the K-quants' products of 1-3 rows read
 /// the file's rows (fewer bytes).
@@ -84,11 +84,13 @@ class Activations {
   size_t row_stride() const { return row_stride_; }
   /// kF32: float[n_in]; kF16/kBF16: uint16_t[n_in]; integer formats: int8_t[n_in] quants,
   /// then (at scale_offset()) float[n_in / block], then (at sums_offset()) the block sums (see
-  /// ActFormat).
+  /// ActFormat); kQ8_K then (at biased_offset()) the quants + 128 as uint8_t[n_in], for kernels
+  /// whose weights are vpdpbusd's signed operand (ref::ActLayout).
   const uint8_t* row(int64_t r) const { return data_ + static_cast<size_t>(r) * row_stride_; }
   uint8_t* mutable_row(int64_t r) { return data_ + static_cast<size_t>(r) * row_stride_; }
   size_t scale_offset() const { return scale_offset_; }
   size_t sums_offset() const { return sums_offset_; }
+  size_t biased_offset() const { return biased_offset_; }
 
   /// Sets the shape/format without converting (used by PrepareActivations and tests).
   /// Throws crossword::Error if the reservation is too small or n_in is not a multiple of the
@@ -105,6 +107,7 @@ class Activations {
   size_t row_stride_ = 0;
   size_t scale_offset_ = 0;
   size_t sums_offset_ = 0;
+  size_t biased_offset_ = 0;
 };
 
 /// out[i] = x[i] as binary16 bits, i < n, rounded to nearest even: the bits of base/fp16.h's

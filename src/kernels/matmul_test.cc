@@ -457,6 +457,10 @@ TEST(PrepareActivations, AgreesWithCoreQuantizeRow) {
       EXPECT_EQ(reinterpret_cast<const float*>(row + act.scale_offset())[b], blocks[b].d);
       EXPECT_EQ(std::memcmp(row + b * 256, blocks[b].qs, 256), 0) << "row " << r << " block " << b;
       EXPECT_EQ(std::memcmp(row + act.sums_offset() + b * 32, blocks[b].bsums, 32), 0);
+      for (int j = 0; j < 256; ++j) {  // the biased codes of the Q6_K tile kernel: q + 128
+        ASSERT_EQ(row[act.biased_offset() + b * 256 + j], blocks[b].qs[j] + 128)
+            << "row " << r << " block " << b << " element " << j;
+      }
     }
   }
   PrepareActivations(GgmlType::kQ8_0, x.data(), 3, n, n, act, pool);

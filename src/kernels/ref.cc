@@ -43,24 +43,36 @@ int64_t ActBlockSize(ActFormat format) {
   }
 }
 
-size_t ActRowStride(ActFormat format, int64_t n_in) {
+ActRowLayout ActLayout(ActFormat format, int64_t n_in) {
   const size_t n = static_cast<size_t>(n_in);
+  ActRowLayout l;
   switch (format) {
     case ActFormat::kF32:
-      return RoundUp64(4 * n);
+      l.stride = RoundUp64(4 * n);
+      break;
     case ActFormat::kF16:
     case ActFormat::kBF16:
-      return RoundUp64(2 * n);
+      l.stride = RoundUp64(2 * n);
+      break;
     case ActFormat::kQ8_0:  // quants, float scale and int32 sum per block of 32
-      return RoundUp64(n) + 2 * RoundUp64(4 * (n / kQK8_0));
-    case ActFormat::kQ8_K:  // quants, float scale per 256, int16 sum per 16
-      return RoundUp64(n) + RoundUp64(4 * (n / kQK_K)) + RoundUp64(2 * (n / 16));
+      l.scale = RoundUp64(n);
+      l.sums = l.scale + RoundUp64(4 * (n / kQK8_0));
+      l.stride = l.sums + RoundUp64(4 * (n / kQK8_0));
+      break;
+    case ActFormat::kQ8_K:  // quants, float scale per 256, int16 sum per 16, quants + 128
+      l.scale = RoundUp64(n);
+      l.sums = l.scale + RoundUp64(4 * (n / kQK_K));
+      l.biased = l.sums + RoundUp64(2 * (n / 16));
+      l.stride = l.biased + RoundUp64(n);
+      break;
   }
-  return 0;
+  return l;
 }
 
-void QuantizeActRow(ActFormat format, const float* x, int64_t n_in, uint8_t* row,
-                    size_t scale_offset, size_t sums_offset) {
+size_t ActRowStride(ActFormat format, int64_t n_in) { return ActLayout(format, n_in).stride; }
+
+void QuantizeActRow(ActFormat format, const float* x, int64_t n_in, uint8_t* row) {
+  const ActRowLayout layout = ActLayout(format, n_in);
   switch (format) {
     case ActFormat::kF32:
       std::memcpy(row, x, sizeof(float) * n_in);
@@ -80,7 +92,7 @@ void QuantizeActRow(ActFormat format, const float* x, int64_t n_in, uint8_t* row
       break;
   }
   auto* qs = reinterpret_cast<int8_t*>(row);
-  auto* scales = reinterpret_cast<float*>(row + scale_offset);
+  auto* scales = reinterpret_cast<float*>(row + layout.scale);
   const int64_t bs = ActBlockSize(format);
   for (int64_t b = 0; b < n_in / bs; ++b) {
     const float* xb = x + b * bs;
@@ -113,19 +125,21 @@ void QuantizeActRow(ActFormat format, const float* x, int64_t n_in, uint8_t* row
     }
   }
   if (format == ActFormat::kQ8_0) {
-    auto* sums = reinterpret_cast<int32_t*>(row + sums_offset);
+    auto* sums = reinterpret_cast<int32_t*>(row + layout.sums);
     for (int64_t b = 0; b < n_in / bs; ++b) {
       int sum = 0;
       for (int j = 0; j < bs; ++j) sum += qs[b * bs + j];
       sums[b] = -128 * sum;
     }
   } else {
-    auto* sums = reinterpret_cast<int16_t*>(row + sums_offset);
+    auto* sums = reinterpret_cast<int16_t*>(row + layout.sums);
     for (int64_t s = 0; s < n_in / 16; ++s) {
       int sum = 0;
       for (int j = 0; j < 16; ++j) sum += qs[s * 16 + j];
       sums[s] = static_cast<int16_t>(sum);
     }
+    uint8_t* biased = row + layout.biased;
+    for (int64_t k = 0; k < n_in; ++k) biased[k] = static_cast<uint8_t>(qs[k] + 128);
   }
 }
 
@@ -134,8 +148,7 @@ void PrepareActivations(GgmlType weight_type, const float* x, int64_t n_rows, in
   const ActFormat format = ActFormatFor(weight_type);
   out.SetShape(format, n_rows, n_in);
   for (int64_t r = 0; r < n_rows; ++r) {
-    QuantizeActRow(format, x + r * ldx, n_in, out.mutable_row(r), out.scale_offset(),
-                   out.sums_offset());
+    QuantizeActRow(format, x + r * ldx, n_in, out.mutable_row(r));
   }
 }
 

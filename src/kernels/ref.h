@@ -8,18 +8,26 @@
 
 namespace crossword::kernels::ref {
 
-/// Bytes of one activation row of `format` with n_in elements (a multiple of 64).
+/// Byte offsets inside one activation row of `format` with n_in elements: Activations::row()'s
+/// layout. Each region starts on a 64-byte boundary; fields a format lacks are 0.
+struct ActRowLayout {
+  size_t scale = 0;   ///< integer formats: float[n_in / block] scales
+  size_t sums = 0;    ///< integer formats: the block sums (see ActFormat)
+  size_t biased = 0;  ///< kQ8_K: the quants + 128 as uint8_t[n_in]
+  size_t stride = 0;  ///< bytes of the whole row (a multiple of 64)
+};
+ActRowLayout ActLayout(ActFormat format, int64_t n_in);
+/// Bytes of one activation row of `format` with n_in elements (ActLayout(...).stride).
 size_t ActRowStride(ActFormat format, int64_t n_in);
 /// Block size of an activation format (1, 32 or 256).
 int64_t ActBlockSize(ActFormat format);
 
-/// Converts one row of n_in floats into `format` at `row` laid out as Activations::row()
-/// describes (scale_offset / sums_offset in bytes from `row`). Formulas: kQ8_0 as ggml's x86
+/// Converts one row of n_in floats into `format` at `row` (ActLayout(format, n_in).stride bytes),
+/// laid out as ActLayout describes. Formulas: kQ8_0 as ggml's x86
 /// quantize_row_q8_0 (d = amax/127 stored as fp16, q = nearest-even(x * 127/amax));
 /// kQ8_K as ggml quantize_row_q8_K_ref (iscale = -127/max, q = min(127, nearest-even(iscale*x)),
 /// d = 1/iscale); kF16/kBF16 round to nearest even.
-void QuantizeActRow(ActFormat format, const float* x, int64_t n_in, uint8_t* row,
-                    size_t scale_offset, size_t sums_offset);
+void QuantizeActRow(ActFormat format, const float* x, int64_t n_in, uint8_t* row);
 
 /// Scalar PrepareActivations (same contract as kernels::PrepareActivations, single thread).
 void PrepareActivations(GgmlType weight_type, const float* x, int64_t n_rows, int64_t n_in,

@@ -49,7 +49,7 @@ void KQuantTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 void KQuantPackedTile(const Matrix& w, const JobRows& rows, int64_t o0, int64_t o1);
 
 /// Bytes of the tile layout RepackK writes for Q4_K / Q5_K / Q6_K `w`: per 16 weight rows and
-/// 2048 columns one packed tile (Q6_K 39,424 bytes, about 1.5x the file's 6.56 bits per weight);
+/// 2048 columns one packed tile (Q6_K 35,840 bytes, about 1.33x the file's 6.56 bits per weight);
 /// 0 (no copy) when w.n_in is not a multiple of 2048, which the layout would pad.
 size_t KQuantPackedBytes(const Matrix& w);
 

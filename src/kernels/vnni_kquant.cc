@@ -179,7 +179,7 @@ CW_VNNI void KQuantRows(const Matrix& w, const JobRows& rows, int64_t o0, int64_
 constexpr int kRows = 16;        // weight rows per tile: one zmm lane each
 constexpr int kChunkSb = 8;      // super-blocks (256 columns) per repacked chunk: 2048 columns
 constexpr int kMaxTileR = 4;     // activation rows per register tile (Q4_K / Q5_K)
-constexpr int kMaxTileRQ6K = 8;  // Q6_K: its -32 term starts the integer sum (no register for it)
+constexpr int kMaxTileRQ6K = 8;  // Q6_K (no min term): a longer run of dpbusd per scale multiply
 
 // One repacked tile. q[s][g] lane r: the 4 quants (u8, 0..15) of group g (columns 4g..4g+3)
 // of super-block s in weight row r. sc[s][j] lane r: 6-bit scale of sub-block j (32 columns).
@@ -300,31 +300,30 @@ CW_VNNI inline void Q4KKernel(const PackedQ4K* p, int nsb, const int8_t* const* 
   }
 }
 
-// Q6_K tile (39,424 bytes): q[s][g] lane r: the 4 stored quants (u8 = q + 32, 0..63) of group g;
-// sc[s][u] lane r: int8 scale of sub-block u (16 columns); sp[s][p] lane r: scales of sub-blocks 2p
-// and 2p+1 as two int16 (for the -32 offset term); d: fp16 scale.
+// Q6_K tile (35,840 bytes): q[s][g] lane r: the 4 quants of group g as int8 q - 32 (-32..31), the
+// signed operand of vpdpbusd against the activations' biased codes x + 128 (Activations::
+// biased_offset); sc[s][u] lane r: int8 scale of sub-block u (16 columns); corr[s] lane r:
+// -128 * sum_u sc_u * sum_{c in u} (q_c - 32), which cancels the +128 of the codes, so the integer
+// sum needs no per-activation-row term (the previous layout's -32 * sum_u sc_u * bsum_u cost 8
+// vpdpwssd per row and super-block, ~10 % of the multiply port); d: fp16 scale as float.
 struct alignas(64) PackedQ6K {
-  uint8_t q[kChunkSb][64][64];
+  int8_t q[kChunkSb][64][64];
   int8_t sc[kChunkSb][16][kRows];  // widened in the kernel (as int32 the copy was 15 % larger)
-  int32_t sp[kChunkSb][8][kRows];
+  int32_t corr[kChunkSb][kRows];
   float d[kChunkSb][kRows];
 };
-static_assert(sizeof(PackedQ6K) == 39424);
+static_assert(sizeof(PackedQ6K) == 35840);
 
 CW_VNNI void PackQ6K(const uint8_t* w0, size_t rb, int nv, int64_t sb0, int nsb, PackedQ6K* p) {
   const uint8_t* rows[kRows];
   for (int i = 0; i < kRows; ++i) rows[i] = w0 + static_cast<size_t>(i < nv ? i : nv - 1) * rb;
   const __m512i lo4 = _mm512_set1_epi8(0x0F), lo2 = _mm512_set1_epi8(0x03);
+  const __m512i off32 = _mm512_set1_epi8(32), ones = _mm512_set1_epi8(1);
   for (int s = 0; s < nsb; ++s) {
     const size_t off = static_cast<size_t>(sb0 + s) * sizeof(BlockQ6_K);
     for (int r = 0; r < kRows; ++r) {
       const auto* blk = reinterpret_cast<const BlockQ6_K*>(rows[r] + off);
       for (int u = 0; u < 16; ++u) p->sc[s][u][r] = blk->scales[u];
-      for (int q = 0; q < 8; ++q) {
-        p->sp[s][q][r] = static_cast<int32_t>(
-            static_cast<uint16_t>(blk->scales[2 * q]) |
-            (static_cast<uint32_t>(static_cast<uint16_t>(blk->scales[2 * q + 1])) << 16));
-      }
       p->d[s][r] = _cvtsh_ss(blk->d);
     }
     // Group g: half h = g/32, quarter = (g%32)/8, t = g%8. Its low 4 bits are the low (quarter
@@ -350,32 +349,36 @@ CW_VNNI void PackQ6K(const uint8_t* w0, size_t rb, int nv, int64_t sb0, int nsb,
           const __m512i low = quarter < 2 ? _mm512_and_si512(l, lo4)
                                           : _mm512_and_si512(_mm512_srli_epi16(l, 4), lo4);
           const __m512i high = _mm512_and_si512(_mm512_srli_epi16(qh[t], 2 * quarter), lo2);
-          _mm512_store_si512(p->q[s][32 * h + 8 * quarter + t],
-                             _mm512_or_si512(low, _mm512_slli_epi16(high, 4)));
+          _mm512_store_si512(
+              p->q[s][32 * h + 8 * quarter + t],
+              _mm512_sub_epi8(_mm512_or_si512(low, _mm512_slli_epi16(high, 4)), off32));
         }
       }
     }
+    // corr: sub-block u is groups 4u .. 4u+3; a dpbusd with ones sums each lane's 4 quants.
+    __m512i c = _mm512_setzero_si512();
+    for (int u = 0; u < 16; ++u) {
+      __m512i sum = _mm512_setzero_si512();
+      for (int g = 0; g < 4; ++g) {
+        sum = _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(p->q[s][4 * u + g]));
+      }
+      const __m512i scv =
+          _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p->sc[s][u])));
+      c = _mm512_add_epi32(c, _mm512_mullo_epi32(sum, scv));
+    }
+    _mm512_store_si512(p->corr[s], _mm512_mullo_epi32(c, _mm512_set1_epi32(-128)));
   }
 }
 
-// acc[r] += d*dx * (sum_u sc_u * (q . x)_u - 32 * sum_u sc_u * bsum_u).
+// acc[r] += d*dx * sum_u sc_u * ((q - 32) . x)_u, the integer sum taken as
+// corr + sum_u sc_u * ((q - 32) . (x + 128))_u (exact, so the bits are the few-row path's).
 template <int R>
-CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* xq,
-                              const float* const* xd, const int16_t* const* xs, __m512* acc,
-                              const SpreadPrefetch& pf) {
+CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const uint8_t* const* xu,
+                              const float* const* xd, __m512* acc, const SpreadPrefetch& pf) {
   for (int s = 0; s < nsb; ++s) {
     __m512i isum[R];
-    CW_UNROLL for (int r = 0; r < R; ++r) {
-      // The pairs of sub-block sums broadcast from memory: a 256-bit load and lane extracts
-      // kept the shuffle port busy (the 32-row kernel ran ~10 % slower that way).
-      const int16_t* bs = xs[r] + 16 * s;
-      __m512i c = _mm512_setzero_si512();
-      CW_UNROLL for (int q = 0; q < 8; ++q) {
-        c = _mm512_dpwssd_epi32(c, _mm512_load_si512(p->sp[s][q]),
-                                _mm512_set1_epi32(Load32(bs + 2 * q)));
-      }
-      isum[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(c, 5));
-    }
+    const __m512i corr = _mm512_load_si512(p->corr[s]);
+    CW_UNROLL for (int r = 0; r < R; ++r) isum[r] = corr;
     CW_UNROLL for (int u = 0; u < 16; ++u) {
       pf.Step(16 * s + u);
       __m512i part[R];
@@ -384,7 +387,7 @@ CW_VNNI inline void Q6KKernel(const PackedQ6K* p, int nsb, const int8_t* const* 
         const __m512i wv = _mm512_load_si512(p->q[s][4 * u + g]);
         CW_UNROLL for (int r = 0; r < R; ++r) {
           part[r] = _mm512_dpbusd_epi32(
-              part[r], wv, _mm512_set1_epi32(Load32(xq[r] + 256 * s + 16 * u + 4 * g)));
+              part[r], _mm512_set1_epi32(Load32(xu[r] + 256 * s + 16 * u + 4 * g)), wv);
         }
       }
       const __m512i scv =
@@ -409,6 +412,7 @@ template <int R, class Packed>
 CW_VNNI void KRows(const Packed* p, int nsb, int64_t sb0, const JobRows& rows, int64_t i0,
                    int64_t ot, __mmask16 mask, bool first, const SpreadPrefetch& pf) {
   const int8_t* xq[R];
+  const uint8_t* xu[R];
   const float* xd[R];
   const int16_t* xs[R];
   float* y[R];
@@ -417,6 +421,7 @@ CW_VNNI void KRows(const Packed* p, int nsb, int64_t sb0, const JobRows& rows, i
   CW_UNROLL for (int r = 0; r < R; ++r) {
     const RowPtrs rp = RowAt(rows, i0 + r);
     xq[r] = reinterpret_cast<const int8_t*>(rp.x) + sb0 * 256;
+    xu[r] = rp.x + x.biased_offset() + sb0 * 256;
     xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset()) + sb0;
     xs[r] = reinterpret_cast<const int16_t*>(rp.x + x.sums_offset()) + sb0 * 16;
     y[r] = rp.y + ot;
@@ -425,7 +430,7 @@ CW_VNNI void KRows(const Packed* p, int nsb, int64_t sb0, const JobRows& rows, i
   if constexpr (std::is_same_v<Packed, PackedQ4K>) {
     Q4KKernel<R>(p, nsb, xq, xd, xs, acc, pf);
   } else {
-    Q6KKernel<R>(p, nsb, xq, xd, xs, acc, pf);
+    Q6KKernel<R>(p, nsb, xu, xd, acc, pf);
   }
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
 }

@@ -185,11 +185,11 @@ TEST_F(VulkanMatMul, QuantizeActivationsMatchesTheCpuFormats) {
       const int64_t bs = k_format ? 256 : 32;
       int64_t diffs = 0;
       for (int64_t r = 0; r < n_rows; ++r) {
-        std::vector<uint8_t> row(kernels::ref::ActRowStride(fmt, n_in));
-        const size_t scale_off = ((n_in + 63) / 64) * 64;
-        const size_t sums_off = scale_off + ((4 * (n_in / bs) + 63) / 64) * 64;
-        kernels::ref::QuantizeActRow(fmt, x.data() + r * ldx, n_in, row.data(), scale_off,
-                                     sums_off);
+        const kernels::ref::ActRowLayout layout = kernels::ref::ActLayout(fmt, n_in);
+        std::vector<uint8_t> row(layout.stride);
+        const size_t scale_off = layout.scale;
+        const size_t sums_off = layout.sums;
+        kernels::ref::QuantizeActRow(fmt, x.data() + r * ldx, n_in, row.data());
         const auto* gq = reinterpret_cast<const int8_t*>(got.data() + r * ldq);
         for (int64_t k = 0; k < n_in; ++k) {
           const int d = gq[k] - static_cast<int8_t>(row[k]);
