@@ -189,10 +189,14 @@ void RowToQ8_K(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsums, u
       d[b] = 0.0f;
       std::memset(qb, 0, 256);
     } else {
+      // The first element whose |x| is amax, a vector at a time (a scalar scan with an early
+      // exit was 15 % of a 32-row 2048 -> 512 Q6_K product, kernels_bench BM_MatMul).
       float max = 0.0f;
-      for (int j = 0; j < 256; ++j) {
-        if (std::fabs(xb[j]) == amax) {
-          max = xb[j];
+      for (int64_t j = 0; j < 256; j += N) {
+        const auto v = hn::LoadU(df, xb + j);
+        const intptr_t at = hn::FindFirstTrue(df, hn::Eq(hn::Abs(v), hn::Set(df, amax)));
+        if (at >= 0) {
+          max = xb[j + at];
           break;
         }
       }
