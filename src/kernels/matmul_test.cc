@@ -382,11 +382,14 @@ TEST(PrepareActivations, BitExactWithScalarTwinOnEveryTarget) {
     for (int64_t k = 0; k < 32; ++k) x[3 * n_in + k] = (k % 2 ? 1.0f : -1.0f) * 0.5f;  // ties
     for (int64_t k = 0; k < 32; ++k) x[4 * n_in + 32 + k] = 0.0f;  // an all-zero block
     // Q8_K takes the sign of the first element of largest magnitude: ties of opposite signs in
-    // one vector and in two (row 6, whose other elements are at most 10x smaller).
-    x[6 * n_in + 3] = 50.0f;
-    x[6 * n_in + 9] = -50.0f;
-    x[6 * n_in + 256 + 70] = -50.0f;
-    x[6 * n_in + 256 + 200] = 50.0f;
+    // one vector and in two (row 6, whose other elements are at most 10x smaller; its first two
+    // Q8_K blocks, so only where the row has them).
+    if (n_in >= 512) {
+      x[6 * n_in + 3] = 50.0f;
+      x[6 * n_in + 9] = -50.0f;
+      x[6 * n_in + 256 + 70] = -50.0f;
+      x[6 * n_in + 256 + 200] = 50.0f;
+    }
     for (GgmlType type :
          {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_K}) {
       if (type == GgmlType::kQ4_K && n_in % 256 != 0) continue;
