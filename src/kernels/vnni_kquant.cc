@@ -1,7 +1,8 @@
 // K-quant (Q4_K, Q5_K, Q6_K) products on AVX-512 VNNI. Few activation rows (decode): each weight
 // row streamed once. Many rows (prefill, MoE experts): 16 weight rows x 2048 columns repacked once
 // (4-byte groups interleaved across rows, scales and mins as per-row vectors), register tiles of
-// up to 4 activation rows. Both add the super-blocks in the same order with the same float ops.
+// up to 4 activation rows (Q6_K: 8). Both add the super-blocks in the same order with the same
+// float ops.
 // GCC 12 false positive inside its AVX-512 intrinsics (see vnni_kernels.cc); before the header.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
