@@ -412,26 +412,31 @@ constexpr int kStepsPerSb = std::is_same_v<Packed, PackedQ4K> ? 8 : 16;
 template <int R, class Packed>
 CW_VNNI void KRows(const Packed* p, int nsb, int64_t sb0, const JobRows& rows, int64_t i0,
                    int64_t ot, __mmask16 mask, bool first, const SpreadPrefetch& pf) {
+  constexpr bool kQ6 = std::is_same_v<Packed, PackedQ6K>;
+  // Q4_K/Q5_K read the codes and the sums of 16 (their mins), Q6_K the biased codes.
   const int8_t* xq[R];
+  const int16_t* xs[R];
   const uint8_t* xu[R];
   const float* xd[R];
-  const int16_t* xs[R];
   float* y[R];
   __m512 acc[R];
   const Activations& x = *rows.x;
   CW_UNROLL for (int r = 0; r < R; ++r) {
     const RowPtrs rp = RowAt(rows, i0 + r);
-    xq[r] = reinterpret_cast<const int8_t*>(rp.x) + sb0 * 256;
-    xu[r] = rp.x + x.biased_offset() + sb0 * 256;
+    if constexpr (kQ6) {
+      xu[r] = rp.x + x.biased_offset() + sb0 * 256;
+    } else {
+      xq[r] = reinterpret_cast<const int8_t*>(rp.x) + sb0 * 256;
+      xs[r] = reinterpret_cast<const int16_t*>(rp.x + x.sums_offset()) + sb0 * 16;
+    }
     xd[r] = reinterpret_cast<const float*>(rp.x + x.scale_offset()) + sb0;
-    xs[r] = reinterpret_cast<const int16_t*>(rp.x + x.sums_offset()) + sb0 * 16;
     y[r] = rp.y + ot;
     acc[r] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y[r]);
   }
-  if constexpr (std::is_same_v<Packed, PackedQ4K>) {
-    Q4KKernel<R>(p, nsb, xq, xd, xs, acc, pf);
-  } else {
+  if constexpr (kQ6) {
     Q6KKernel<R>(p, nsb, xu, xd, acc, pf);
+  } else {
+    Q4KKernel<R>(p, nsb, xq, xd, xs, acc, pf);
   }
   CW_UNROLL for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y[r], mask, acc[r]);
 }
