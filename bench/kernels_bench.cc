@@ -172,9 +172,9 @@ BENCHMARK(BM_MatMul)
     // (2048 -> 512) over the ~16 tokens a 512-token prompt routes to it on average.
     ->ArgsProduct({{3, 4, 5, 6}, {512}, {2048}, {8192}, {1, 2}, {0}})
     ->ArgsProduct({{3, 4}, {16}, {2048}, {512}, {1, 2}, {0}})
-    // A 32-row pass's dense products from the load-time copies (GDN attn_qkv 2048 -> 8192, a
-    // shared expert's gate 2048 -> 512): docs/decoding.md, "Twenty-sixth stop".
-    ->ArgsProduct({{3, 4}, {32}, {2048}, {8192, 512}, {1, 2}, {1}})
+    // A 32-row pass's largest dense product (GDN attn_qkv, 2048 -> 8192) from its load-time
+    // copy: docs/decoding.md, "Twenty-sixth stop".
+    ->ArgsProduct({{3, 4}, {32}, {2048}, {8192}, {1, 2}, {1}})
     ->ArgsProduct({{0, 1, 2}, {64}, {2048}, {2048}, {1}, {0}})
     // The output head (2048 -> 248,320; Q6_K in llama.cpp's Q4_0 and Q4_K_M files) for the
     // head rows of an AR step, an 8-row verify and a 32-row denoise or verify pass (issue 18),
@@ -184,8 +184,8 @@ BENCHMARK(BM_MatMul)
     // one thread.
     ->ArgsProduct({{3, 6}, {8, 32}, {2048}, {512}, {1}, {1}})
     ->ArgsProduct({{6}, {8, 32}, {2048}, {1024}, {2}, {1}})
-    // The whole Q6_K head from its copy on one thread: against the 512-row product above, what
-    // streaming it from memory costs the kernel.
+    // The whole Q6_K head from its copy on one thread: against the 512-output product above,
+    // what streaming it from memory costs the kernel.
     ->ArgsProduct({{6}, {8, 32}, {2048}, {248320}, {1}, {1}})
     // The embedded model's products (Q8_0, 128 inputs: 4 blocks per dot product): a layer's
     // 128 -> 128 (a row block's 16 rows, a pass's 32) and its head 128 -> 4096, one thread.
