@@ -67,6 +67,17 @@ void AllTypes(const std::string& out) {
   w.Finish();
 }
 
+// A Clover-family file whose ssm_a has zero elements: legal GGUF, with no tensor bytes, so the
+// layout check's dequantization sees a null data pointer (a fuzzer finding, kept as a seed).
+void ZeroElements(const std::string& out) {
+  gguf::Writer w(out);
+  w.AddKeyValue("general.architecture", gguf::Value::String("qwen35moe"));
+  const int64_t ne[1] = {0};
+  w.AddTensor("blk.0.ssm_a", GgmlType::kF32, ne);
+  w.WriteTensorData(std::vector<std::byte>());
+  w.Finish();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,6 +88,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   try {
     AllTypes(dir + "/all_types.gguf");
+    ZeroElements(dir + "/zero_elements.gguf");
     for (const char* layout : {"official", "upstream"}) {
       for (const char* type : {"F32", "Q4_0", "Q4_K_M"}) {
         tools::SynthOptions o;

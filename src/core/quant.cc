@@ -719,6 +719,9 @@ bool CanQuantize(GgmlType type) {
 
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
   CheckCount(type, n, "DequantizeRow");
+  // A zero-element tensor (legal in GGUF) may come with null pointers; memcpy must not see them.
+  // An unsupported type still fails below.
+  if (n == 0 && CanDequantize(type)) return;
   const auto* b = static_cast<const unsigned char*>(src);
   switch (type) {
     case GgmlType::kF32:
@@ -771,6 +774,7 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
 
 void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
   CheckCount(type, n, "QuantizeRow");
+  if (n == 0 && CanQuantize(type)) return;  // as in DequantizeRow: null pointers, no elements
   auto* b = static_cast<unsigned char*>(dst);
   switch (type) {
     case GgmlType::kF32:

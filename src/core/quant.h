@@ -18,13 +18,15 @@ bool CanQuantize(GgmlType type);
 
 /// Converts `n` elements of `type` at `src` (packed blocks, any alignment) to floats in `dst`.
 /// `n` must be a multiple of the type's block size. Throws crossword::Error (naming the type
-/// and `n`) for an unsupported type or a bad `n`; never reads past n/block_size blocks.
+/// and `n`) for an unsupported type or a bad `n`; never reads past n/block_size blocks. With
+/// `n` = 0 it touches nothing, and `src`/`dst` may be null.
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
 
 /// Quantizes `n` floats to `type`, writing n/block_size blocks to `dst` (any alignment). Same
 /// result, bit for bit, as the ggml `quantize_row_<type>_ref` functions (no importance matrix),
 /// which is what llama-quantize produces without an imatrix. Throws crossword::Error for an
-/// unsupported type or an `n` that is not a multiple of the block size.
+/// unsupported type or an `n` that is not a multiple of the block size. With `n` = 0 it touches
+/// nothing, and `src`/`dst` may be null.
 void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n);
 
 // Per-type entry points (n = element count, a multiple of the block size; no checks).

@@ -316,6 +316,19 @@ TEST(Quant, ZerosAndUnalignedBuffers) {
   }
 }
 
+// A zero-element tensor is legal GGUF and its data pointer may be null (the GGUF fuzzer found
+// memcpy(nullptr, nullptr, 0) here, undefined behaviour): zero elements touch nothing.
+TEST(Quant, ZeroElementsTouchNothing) {
+  for (GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kF64,
+                     GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    EXPECT_NO_THROW(DequantizeRow(t, nullptr, nullptr, 0)) << TypeName(t);
+    if (CanQuantize(t)) {
+      EXPECT_NO_THROW(QuantizeRow(t, nullptr, nullptr, 0)) << TypeName(t);
+    }
+  }
+  EXPECT_THROW(DequantizeRow(GgmlType::kI32, nullptr, nullptr, 0), Error);  // type still checked
+}
+
 TEST(Quant, BadArgumentsThrow) {
   float x[64] = {};
   std::byte out[512];

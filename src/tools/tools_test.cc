@@ -88,6 +88,25 @@ std::vector<std::string> Cleanup::FilesStartingWith(const std::string& prefix) {
   return out;
 }
 
+// A zero-element ssm_a (legal GGUF, no bytes) is examined without touching its null data.
+TEST(Synth, InspectZeroElementTensor) {
+  const std::string path = Dir() + "/tt_zero_elements.gguf";
+  {
+    gguf::Writer w(path);
+    w.AddKeyValue("general.architecture", gguf::Value::String("qwen35moe"));
+    const int64_t ne[1] = {0};
+    w.AddTensor("blk.0.ssm_a", GgmlType::kF32, ne);
+    w.WriteTensorData(std::vector<std::byte>());
+    w.Finish();
+  }
+  const gguf::File f = gguf::File::Open(path);
+  ASSERT_EQ(f.tensors().size(), 1u);
+  EXPECT_EQ(f.tensors()[0].n_elements(), 0);
+  const LayoutReport r = ExamineLayout(f);
+  EXPECT_EQ(r.ssm_a_tensors, 1);
+  EXPECT_EQ(r.ssm_a_raw_a_log, 0);
+}
+
 TEST(Synth, InspectVerdictsForBothLayouts) {
   for (const std::string arch : {"clover_moe", "qwen35moe"}) {
     const std::string off = Synth("verdict_off.gguf", arch, "official");
