@@ -231,6 +231,15 @@ TEST(JsonSchemaErrors, EmptyMalformedLargeAndDeep) {
   EXPECT_EQ(KindOf(R"({"type": "object", "required": ["a"], "additionalProperties": false})"),
             ErrorKind::kEmpty);
   EXPECT_EQ(KindOf(R"({"type": )"), ErrorKind::kSyntax);
+  // Counts at or above 2^64 (no uint64_t value: the request fuzzer's maxLength 2e35) saturate,
+  // so the limits refuse them, and a huge maxItems is no bound.
+  std::string msg;
+  EXPECT_EQ(KindOf(R"({"type": "string", "maxLength": 2e35})", &msg), ErrorKind::kTooLarge);
+  EXPECT_NE(msg.find("maxLength"), std::string::npos) << msg;
+  EXPECT_EQ(KindOf(R"({"type": "string", "minLength": 1e300})"), ErrorKind::kTooLarge);
+  EXPECT_EQ(KindOf(R"({"type": "array", "minItems": 18446744073709551616})"), ErrorKind::kTooLarge);
+  EXPECT_EQ(KindOf(R"({"type": "object", "maxProperties": 1e30})"), ErrorKind::kUnsupported);
+  EXPECT_NO_THROW(JsonSchemaToGbnf(Json::parse(R"({"type": "array", "maxItems": 1e30})")));
   // 1 MB of schema: refused on its size before parsing.
   std::string big = R"({"enum": [")" + std::string(1 << 20, 'a') + R"("]})";
   EXPECT_EQ(KindOf(big), ErrorKind::kTooLarge);
