@@ -173,7 +173,7 @@ BENCHMARK(BM_MatMul)
     ->ArgsProduct({{3, 4, 5, 6}, {512}, {2048}, {8192}, {1, 2}, {0}})
     ->ArgsProduct({{3, 4}, {16}, {2048}, {512}, {1, 2}, {0}})
     // A 32-row pass's largest dense product (GDN attn_qkv, 2048 -> 8192) from its load-time
-    // copy: docs/decoding.md, "Twenty-sixth stop".
+    // copy: docs/pass-cost-log.md, "Twenty-sixth stop".
     ->ArgsProduct({{3, 4}, {32}, {2048}, {8192}, {1, 2}, {1}})
     ->ArgsProduct({{0, 1, 2}, {64}, {2048}, {2048}, {1}, {0}})
     // The output head (2048 -> 248,320; Q6_K in llama.cpp's Q4_0 and Q4_K_M files) for the

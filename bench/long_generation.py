@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Long generations through the server (issue 18, docs/decoding.md "Sixth stop"): generation
+"""Long generations through the server (issue 18, docs/pass-cost-log.md "Sixth stop"): generation
 tokens/s of ar, spec (`draft_max` auto by default, the server's default) and diffusion for
 n_predict tokens with `ignore_eos`, greedy, against ar, for one or more crossword binaries run
 alternately (the same prompts, one server per binary and pair).

@@ -11,7 +11,7 @@ the server's own default is auto), spec --draft-max auto), greedy, without penal
 modes take turns over chunks of 6 questions, in a shuffled order per chunk, so each build's run
 of a mode meets the same moments of the machine as the other's: this VM's speed moves within
 seconds, and evals of two builds run one after the other differed by more than the changes they
-were meant to measure (docs/decoding.md, "Twentieth stop"). Prints per rep the tokens/s ratio of
+were meant to measure (docs/pass-cost-log.md, "Twentieth stop"). Prints per rep the tokens/s ratio of
 each mode to the same build's `ar`, then the medians of those ratios and the median of the
 per-rep ratios B / A of each mode's tokens/s (tokens/s: predicted_n / predicted_ms summed over the
 questions, as eval_engine.py). Fails when an answer differs between the builds or a spec answer

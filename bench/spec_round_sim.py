@@ -24,7 +24,7 @@ answers' tokens/s against AR's: fixed lengths, fixed lengths with the drafts cap
 rejected round drafted (Generation's rule since 2026-12-07), and per-round oracles that know each
 round's outcome (bounds, not policies). Timings do not enter the table, so two runs of `collect`
 give the same table; the costs are one sweep's, so compare policies within one `simulate` run.
-docs/decoding.md, "Twenty-third stop", has what it showed.
+docs/pass-cost-log.md, "Twenty-third stop", has what it showed.
 """
 import argparse
 import functools

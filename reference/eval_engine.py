@@ -109,7 +109,7 @@ def main():
             # ratios to ar spread 0.63-1.10 when each mode ran its 174 questions in turn). The
             # order is shuffled per chunk (seeded), not rotated: in a fixed cycle each mode always
             # follows the same one, and a mode's speed depends on what ran before it
-            # (docs/decoding.md, "Twentieth stop": 4 alternated runs, spec 1.04 / 1.12 / 1.12 /
+            # (docs/pass-cost-log.md, "Twentieth stop": 4 alternated runs, spec 1.04 / 1.12 / 1.12 /
             # 1.10x after diffusion and 1.02 / 1.03 / 0.99 / 1.11x after ar; two identical spec
             # modes 5-8 % apart). Chunks, not single questions: a question asked again at once
             # would find its prompt in the server's cache and skip the prefill, which also wakes

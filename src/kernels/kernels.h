@@ -240,7 +240,7 @@ struct AttentionArgs {
 /// Throws crossword::Error on inconsistent arguments (names the field).
 void Attention(const AttentionArgs& args, ThreadPool& pool);
 /// The queries of tokens [t0, t1) of the same T-token call (kv_len(t) as above), every head, on
-/// the calling thread: a row-split pass's block of rows (docs/decoding.md, "Pipelined row
+/// the calling thread: a row-split pass's block of rows (docs/pass-cost-log.md, "Pipelined row
 /// blocks"). Each output row has the bits Attention gives it. Throws crossword::Error on
 /// inconsistent arguments or a range outside [0, T].
 void AttentionRows(const AttentionArgs& args, int64_t t0, int64_t t1);

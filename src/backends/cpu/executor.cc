@@ -224,8 +224,8 @@ CpuContext::CpuContext(const CpuExecutor& executor, const model::ContextOptions&
   i_.assign(ioff, 0);
 
   // Part 0 runs whole passes (and the head: up to R rows); the others only row blocks of
-  // row-split passes (docs/decoding.md): the second of two blocks up to 3/4 of T, and with 3+
-  // blocks (an even split) at most ceil(T / 3) each.
+  // row-split passes (docs/pass-cost-log.md, "Row-split passes"): the second of two blocks up to
+  // 3/4 of T, and with 3+ blocks (an even split) at most ceil(T / 3) each.
   const int64_t main_in = std::max({hp.n_embd, hp.ssm_d_inner, q_dim, hp.n_ff_shexp});
   parts_.resize(static_cast<size_t>(executor.row_parts()));
   for (size_t p = 0; p < parts_.size(); ++p) {

@@ -29,7 +29,7 @@ struct CpuOptions {
   bool repack = true;
   /// Layers below it run on another executor (`-ngl N` splits): no tile copies for them.
   int first_layer = 0;
-  /// How a multi-row pass uses the pool (docs/decoding.md, "Row-split passes"). kRows: each
+  /// How a multi-row pass uses the pool (docs/pass-cost-log.md, "Row-split passes"). kRows: each
   /// thread runs the row-independent work of a layer (norms, products, the MoE) for its own block
   /// of rows, one hand-off per layer, instead of one per product; kColumns: every product
   /// splits its output columns across the threads (each weight read once per pass); kAuto:
@@ -38,8 +38,9 @@ struct CpuOptions {
   /// dominate. The same bits either way (the kernels are batch-invariant).
   enum class RowSplit { kAuto, kRows, kColumns };
   RowSplit row_split = RowSplit::kAuto;
-  /// Row-split passes of one sequence run as pipelined row blocks (docs/decoding.md, "Pipelined
-  /// row blocks"); false: phase by phase, all threads meeting twice per layer. The same bits.
+  /// Row-split passes of one sequence run as pipelined row blocks (docs/pass-cost-log.md,
+  /// "Pipelined row blocks"); false: phase by phase, all threads meeting twice per layer. The same
+  /// bits.
   bool pipelined = true;
   Logger logger;
 };
@@ -250,7 +251,7 @@ class CpuExecutor final : public model::Executor {
   kernels::AttentionArgs AttentionArgsFor(int attention_index, CpuState& st, const SeqSpan& sp,
                                           bool causal, CpuContext& ctx) const;
 
-  // Pipelined row blocks (pipeline.cc; docs/decoding.md, "Pipelined row blocks"): a row-split
+  // Pipelined row blocks (pipeline.cc; docs/pass-cost-log.md, "Pipelined row blocks"): a row-split
   // pass of one sequence whose blocks each run every layer's In, Core and Out parts on their own
   // rows, on their own thread, from the In part of first_layer through the Core of the last
   // layer, meeting only where a Core mixes rows: a block's GDN recurrence continues from the

@@ -1,4 +1,4 @@
-// Pipelined row blocks (docs/decoding.md, "Pipelined row blocks"): a row-split pass of one
+// Pipelined row blocks (docs/pass-cost-log.md, "Pipelined row blocks"): a row-split pass of one
 // sequence in which each block of rows goes through the layers on its own thread and meets the
 // other blocks only where a layer mixes rows, instead of all threads meeting twice per layer.
 #include <algorithm>
