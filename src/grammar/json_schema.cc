@@ -72,15 +72,16 @@ std::string Alternation(const std::vector<std::string>& alts) {
 
 uint64_t Count(const Json& s, const char* k, const std::string& path) {
   const Json& v = s[k];
-  if (!v.is_number() || v.get<double>() < 0 || v.get<double>() != std::floor(v.get<double>())) {
+  const double d = v.is_number() ? v.get<double>() : -1.0;
+  if (d < 0 || d != std::floor(d)) {
     FailGrammar(ErrorKind::kSyntax, "json schema: {}: '{}' must be a non-negative integer", path,
                 k);
   }
   // A double at or above 2^64 has no uint64_t value (the cast would be undefined behaviour; the
   // request fuzzer sent maxLength 2e35): it saturates, which the callers' limits then reject or
   // read as "no bound".
-  if (v.get<double>() >= 18446744073709551616.0) return UINT64_MAX;
-  return static_cast<uint64_t>(v.get<double>());
+  if (d >= 18446744073709551616.0) return UINT64_MAX;
+  return static_cast<uint64_t>(d);
 }
 
 std::string TypeOfValue(const Json& v) {
